@@ -1,0 +1,1 @@
+"""Thin command-line front ends, one module per subcommand."""

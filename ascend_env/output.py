@@ -1,0 +1,32 @@
+"""Writing command results: ``--json`` or plain text, never decoration off a TTY."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+
+def is_tty(stream: TextIO) -> bool:
+    """Whether ``stream`` is an interactive terminal."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # closed stream
+        return False
+
+
+def bold(text: str, stream: TextIO) -> str:
+    """``text`` in bold on a terminal, unchanged anywhere else."""
+    return f"\033[1m{text}\033[0m" if is_tty(stream) else text
+
+
+def write_json(data: Any, stream: TextIO = sys.stdout) -> None:
+    """Write ``data`` as one JSON document with a trailing newline."""
+    json.dump(data, stream, indent=2, sort_keys=False, default=str)
+    stream.write("\n")
+
+
+def write_text(text: str, stream: TextIO = sys.stdout) -> None:
+    """Write ``text``, making sure it ends with one newline."""
+    stream.write(text if text.endswith("\n") else text + "\n")
