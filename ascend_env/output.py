@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 
 def is_tty(stream: TextIO) -> bool:
@@ -21,12 +21,14 @@ def bold(text: str, stream: TextIO) -> str:
     return f"\033[1m{text}\033[0m" if is_tty(stream) else text
 
 
-def write_json(data: Any, stream: TextIO = sys.stdout) -> None:
-    """Write ``data`` as one JSON document with a trailing newline."""
+def write_json(data: Any, stream: Optional[TextIO] = None) -> None:
+    """Write ``data`` as one JSON document with a trailing newline (to stdout by default)."""
+    stream = sys.stdout if stream is None else stream
     json.dump(data, stream, indent=2, sort_keys=False, default=str)
     stream.write("\n")
 
 
-def write_text(text: str, stream: TextIO = sys.stdout) -> None:
-    """Write ``text``, making sure it ends with one newline."""
+def write_text(text: str, stream: Optional[TextIO] = None) -> None:
+    """Write ``text`` (to stdout by default), making sure it ends with one newline."""
+    stream = sys.stdout if stream is None else stream
     stream.write(text if text.endswith("\n") else text + "\n")
