@@ -39,3 +39,37 @@ class CheckFailed(AscendEnvError):
     """A check ran and found a problem."""
 
     exit_code = 1
+
+
+class PatchError(AscendEnvError):
+    """A patch file is malformed or hostile, or cannot be applied as written."""
+
+
+class HunkMismatch(PatchError):
+    """A hunk's expected lines are not in the target file."""
+
+    def __init__(
+        self,
+        problem: str,
+        fix: Optional[str] = None,
+        *,
+        path: str = "",
+        hunk: int = 0,
+        line: int = 0,
+        expected: tuple = (),
+        found: tuple = (),
+    ) -> None:
+        super().__init__(problem, fix)
+        self.path = path
+        self.hunk = hunk
+        self.line = line
+        self.expected = expected
+        self.found = found
+
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        data.update(
+            path=self.path, hunk=self.hunk, line=self.line,
+            expected=list(self.expected), found=list(self.found),
+        )
+        return data
