@@ -1,0 +1,58 @@
+"""``ascend-env install``: patch the installed transformers (and add the startup hook)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ascend_env import install as engine
+from ascend_env.output import write_json, write_text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+    parser.add_argument(
+        "--patches",
+        choices=engine.PATCH_MODES,
+        default="auto",
+        help="auto: patch only when torch_npu has no native NPU isin (default); always; never",
+    )
+    parser.add_argument(
+        "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
+    )
+    parser.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="a patches directory with manifest.json (default: the shipped one)",
+    )
+
+
+def describe(report: dict) -> str:
+    """The plain-text form of an install or restore report."""
+    lines = [
+        f"{report['result']}: transformers {report.get('transformers', '?')} in {report['site_packages']}"
+    ]
+    if report.get("reason"):
+        lines.append(f"  {report['reason']}")
+    if report.get("recovered"):
+        lines.append(f"  {report['recovered']}")
+    for path in report.get("changed", []):
+        lines.append(f"  {'would change' if report.get('dry_run') else 'changed'} {path}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    site_packages = engine.resolve_site_packages(args.target)
+    report = engine.install(
+        site_packages,
+        patches=args.patches,
+        dry_run=args.dry_run,
+        extra_files=engine.startup_hook_files(site_packages),
+        search_sys_path=args.target is None,
+        directory=Path(args.patches_dir) if args.patches_dir else None,
+    )
+    if args.json:
+        write_json({"ok": True, **report})
+    else:
+        write_text(describe(report))
+    return 0

@@ -1,0 +1,30 @@
+"""``ascend-env restore``: put back the original transformers files and remove the hook and state."""
+
+from __future__ import annotations
+
+import argparse
+
+from ascend_env import install as engine
+from ascend_env.output import write_json, write_text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+    parser.add_argument(
+        "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    site_packages = engine.resolve_site_packages(args.target)
+    report = engine.restore(site_packages, dry_run=args.dry_run)
+    if args.json:
+        write_json({"ok": True, **report})
+        return 0
+    lines = [f"{report['result']}: {site_packages}"]
+    if report.get("recovered"):
+        lines.append(f"  {report['recovered']}")
+    for item in report.get("files", []):
+        lines.append(f"  {item['action']}: {item['path']}")
+    write_text("\n".join(lines))
+    return 0

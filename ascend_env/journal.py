@@ -1,0 +1,325 @@
+"""Crash-safe writing of a set of file changes in site-packages.
+
+:func:`commit` writes every byte string it will need into ``.ascend-env/originals/``
+(named by sha256), then ``journal.json`` (the changes, by hash, and the state to leave),
+then each file with temp file + fsync + ``os.replace``, then the state, then removes the
+journal. :func:`recover` finishes an interrupted commit: each file is either still at its
+``before`` hash (written now) or already at its ``after`` hash (kept), so running it again
+and again converges; a file at neither hash was changed by someone else and stops it.
+
+For tests, ``ASCEND_ENV_CRASH_AT=<label>`` kills the process with ``os._exit(137)`` at
+that write point; the labels are listed in :data:`CRASH_POINTS`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.state import JOURNAL_FILE, ORIGINALS, STATE_FILE, TMP, State, state_dir
+
+__all__ = ["CRASH_ENV", "CRASH_POINTS", "Change", "Journal", "commit", "crash_point", "recover"]
+
+CRASH_ENV = "ASCEND_ENV_CRASH_AT"
+# "change-N-temp" and "change-N" exist for every change N (0-based) of a commit.
+CRASH_POINTS = (
+    "blob",
+    "blobs",
+    "journal-temp",
+    "journal",
+    "change-N-temp",
+    "change-N",
+    "state",
+    "commit",
+    "cleanup",
+)
+
+
+def crash_point(label: str) -> None:
+    """Die at once, as ``kill -9`` would, when ``ASCEND_ENV_CRASH_AT`` names ``label`` (tests only)."""
+    if os.environ.get(CRASH_ENV) == label:
+        os._exit(137)
+
+
+@dataclass(frozen=True)
+class Change:
+    """Set ``path`` (relative to site-packages) from ``before`` to ``after`` (sha256 hex; None: absent)."""
+
+    path: str
+    before: Optional[str]
+    after: Optional[str]
+
+
+@dataclass(frozen=True)
+class Journal:
+    action: str
+    changes: Sequence[Change]
+    state: Optional[State]  # the state to leave; None removes ascend-env's directory
+
+    def to_json(self) -> bytes:
+        data = {
+            "schema": 1,
+            "action": self.action,
+            "changes": [asdict(change) for change in self.changes],
+            "state": None if self.state is None else json.loads(self.state.to_json()),
+        }
+        return (json.dumps(data, indent=2) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: Any, source: str) -> Journal:
+        from ascend_env.state import Entry, _check_entry
+
+        try:
+            changes = [Change(str(c["path"]), c["before"], c["after"]) for c in data["changes"]]
+            for change in changes:
+                _check_entry(Entry(change.path, "extra", change.before, change.after))
+            state = None if data["state"] is None else State.from_json(data["state"], source)
+            return cls(str(data["action"]), tuple(changes), state)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise EnvironmentProblem(
+                f"{source} is not a valid ascend-env journal ({exc}).",
+                f"reinstall transformers (pip install --force-reinstall --no-deps transformers), "
+                f"then delete {Path(source).parent}.",
+            ) from None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = None) -> None:
+    """Replace ``path`` with ``data`` via a temp file in ``tmp_dir``, fsynced, keeping the file's mode."""
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".write-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        if label:
+            crash_point(label + "-temp")
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            # tmp_dir is on another file system: stage next to the target instead.
+            os.unlink(tmp)
+            write_atomic(path, data, path.parent)
+            return
+        _fsync_dir(path.parent)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"cannot write {path} ({exc.strerror}).",
+        "make site-packages writable for this user (or use a virtual environment), then run the "
+        "command again: it finishes the interrupted change.",
+    )
+
+
+def store_blob(site_packages: Path, data: bytes) -> str:
+    """Keep ``data`` in ``originals/`` under its sha256; returns the hash."""
+    digest = _sha256(data)
+    directory = state_dir(site_packages) / ORIGINALS
+    path = directory / digest
+    if _file_hash(path) != digest:
+        directory.mkdir(exist_ok=True)
+        write_atomic(path, data, state_dir(site_packages) / TMP)
+    return digest
+
+
+def read_blob(site_packages: Path, digest: str) -> bytes:
+    """The bytes stored under ``digest``; raises when missing or corrupt."""
+    path = state_dir(site_packages) / ORIGINALS / digest
+    try:
+        data = path.read_bytes()
+    except OSError:
+        data = None
+    if data is None or _sha256(data) != digest:
+        raise EnvironmentProblem(
+            f"the recorded bytes {path} are missing or damaged.",
+            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"then delete {path.parent.parent}.",
+        )
+    return data
+
+
+def _file_hash(path: Path) -> Optional[str]:
+    try:
+        return _sha256(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _apply_change(site_packages: Path, change: Change, index: int) -> None:
+    path = site_packages / change.path
+    current = _file_hash(path)
+    if current == change.after:
+        return
+    if current != change.before:
+        raise EnvironmentProblem(
+            f"{change.path} changed while an ascend-env run was interrupted "
+            f"(sha256 {current or 'missing'}, expected {change.before or 'missing'} or {change.after}).",
+            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"then delete {state_dir(site_packages)} and run install again.",
+        )
+    try:
+        if change.after is None:
+            crash_point(f"change-{index}-temp")
+            path.unlink()
+            _fsync_dir(path.parent)
+        else:
+            write_atomic(
+                path,
+                read_blob(site_packages, change.after),
+                state_dir(site_packages) / TMP,
+                label=f"change-{index}",
+            )
+    except OSError as exc:
+        raise _write_failed(path, exc) from None
+    crash_point(f"change-{index}")
+
+
+def _finish(site_packages: Path, journal: Journal) -> None:
+    directory = state_dir(site_packages)
+    for index, change in enumerate(journal.changes):
+        _apply_change(site_packages, change, index)
+    if journal.state is not None:
+        write_atomic(directory / STATE_FILE, journal.state.to_json(), directory / TMP)
+        crash_point("state")
+        (directory / JOURNAL_FILE).unlink()
+        _fsync_dir(directory)
+        crash_point("commit")
+        keep = {entry.before for entry in journal.state.entries if entry.before}
+        _clean(directory, keep)
+    else:
+        # Restore: the state goes first, so that a crash leaves the journal to finish from.
+        try:
+            (directory / STATE_FILE).unlink()
+        except FileNotFoundError:
+            pass
+        crash_point("state")
+        (directory / JOURNAL_FILE).unlink()
+        _fsync_dir(directory)
+        crash_point("commit")
+        remove_directory(site_packages)
+    crash_point("cleanup")
+
+
+def _clean(directory: Path, keep: Iterable[str]) -> None:
+    keep = set(keep)
+    originals = directory / ORIGINALS
+    for path in list(originals.iterdir()) if originals.is_dir() else []:
+        if path.name not in keep:
+            path.unlink()
+    shutil.rmtree(directory / TMP, ignore_errors=True)
+
+
+def remove_directory(site_packages: Path) -> None:
+    """Remove ``.ascend-env/`` (the lock file last, so waiters notice it went)."""
+    directory = state_dir(site_packages)
+    for child in list(directory.iterdir()) if directory.is_dir() else []:
+        if child.name == "lock":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) -> None:
+    """Carry out ``journal``; ``blobs`` maps sha256 to bytes for every hash it names.
+
+    Call with the lock held and after :func:`recover`.
+    """
+    directory = state_dir(site_packages)
+    needed = {c.after for c in journal.changes if c.after} | {c.before for c in journal.changes if c.before}
+    missing = sorted(digest for digest in needed if digest not in blobs)
+    if missing:
+        raise ValueError(f"commit: no bytes for {missing}")
+    try:
+        for digest in sorted(needed):
+            if _sha256(blobs[digest]) != digest:
+                raise ValueError(f"commit: bytes do not hash to {digest}")
+            store_blob(site_packages, blobs[digest])
+            crash_point("blob")
+        if needed:
+            _fsync_dir(directory / ORIGINALS)
+        crash_point("blobs")
+        write_atomic(directory / JOURNAL_FILE, journal.to_json(), directory / TMP, label="journal")
+        crash_point("journal")
+    except OSError as exc:
+        raise _write_failed(directory, exc) from None
+    _finish(site_packages, journal)
+
+
+def read_journal(site_packages: Path) -> Optional[Journal]:
+    """The journal of an interrupted run, or None."""
+    path = state_dir(site_packages) / JOURNAL_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(
+            f"cannot read the journal {path} ({exc}).",
+            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"then delete {path.parent}.",
+        ) from None
+    return Journal.from_json(data, str(path))
+
+
+def recover(site_packages: Path) -> Optional[str]:
+    """Finish an interrupted run, if any; returns its action ("install", "restore"), else None.
+
+    Call with the lock held. Also clears leftovers of a run killed before its journal.
+    """
+    journal = read_journal(site_packages)
+    directory = state_dir(site_packages)
+    if journal is None:
+        if directory.is_dir():
+            state_path = directory / STATE_FILE
+            keep: List[str] = []
+            if state_path.is_file():
+                state = State.from_json(json.loads(state_path.read_text(encoding="utf-8")), str(state_path))
+                keep = [entry.before for entry in state.entries if entry.before]
+            _clean(directory, keep)
+        return None
+    _finish(site_packages, journal)
+    return journal.action
+
+
+def blob_map(items: Iterable[bytes]) -> Dict[str, bytes]:
+    """``{sha256: bytes}`` for ``items``."""
+    return {_sha256(data): data for data in items}

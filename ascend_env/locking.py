@@ -1,0 +1,69 @@
+"""One ascend-env run at a time per site-packages directory (``fcntl.flock``).
+
+The lock file lives in ``.ascend-env/``, which ``restore`` removes while holding the
+lock; a waiter that then gets the lock on the removed file sees that its inode is no
+longer the one at the path, and tries again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ascend_env.exceptions import EnvironmentProblem
+
+__all__ = ["locked"]
+
+LOCK_FILE = "lock"
+
+
+def _read_only(directory: Path, exc: OSError) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"cannot write in {directory.parent} ({exc.strerror}): site-packages is read-only for this user.",
+        "run as the user that owns the environment, or use a writable virtual environment.",
+    )
+
+
+@contextmanager
+def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
+    """Hold an exclusive lock on ``directory/lock``, creating ``directory`` if needed."""
+    import fcntl
+
+    path = directory / LOCK_FILE
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            directory.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            continue  # removed between mkdir and open: try again
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise _read_only(directory, exc) from None
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem(
+                    f"another ascend-env run has held {path} for over {timeout:.0f} s.",
+                    "wait for it to finish; if no ascend-env process is running, run the command again.",
+                ) from None
+            time.sleep(0.05)
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield path
+    finally:
+        os.close(fd)

@@ -1,0 +1,166 @@
+"""Installed distributions and their RECORD files (PEP 376 / PEP 627).
+
+A RECORD line is ``path,sha256=<urlsafe base64 without padding>,size``. Rewriting keeps
+every line that does not name a changed file byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional
+
+from packaging.utils import canonicalize_name
+
+from ascend_env.exceptions import EnvironmentProblem
+
+__all__ = [
+    "Distribution",
+    "RecordEntry",
+    "find_distribution",
+    "parse_record",
+    "record_hash",
+    "rewrite_record",
+    "sha256_hex",
+]
+
+
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data`` as lowercase hex (the manifest's and state's form)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_hash(data: bytes) -> str:
+    """The RECORD form of the sha256 of ``data``: ``sha256=<urlsafe b64, no padding>``."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + digest.decode("ascii")
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One RECORD row; ``hash`` and ``size`` are empty for RECORD itself and .pyc files."""
+
+    path: str
+    hash: str
+    size: str
+
+    def matches(self, data: bytes) -> bool:
+        """Whether ``data`` has this row's hash (and size, when given)."""
+        if not self.hash:
+            return False
+        if self.size and self.size != str(len(data)):
+            return False
+        algorithm, _, _ = self.hash.partition("=")
+        if algorithm != "sha256":
+            return False
+        return self.hash == record_hash(data)
+
+
+def parse_record(text: str) -> List[RecordEntry]:
+    """The rows of a RECORD file's text."""
+    rows = []
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        path, hash_, size = (row + ["", "", ""])[:3]
+        rows.append(RecordEntry(path, hash_, size))
+    return rows
+
+
+def _format_row(path: str, data: bytes) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow([path, record_hash(data), len(data)])
+    return out.getvalue()
+
+
+def rewrite_record(record: bytes, changes: Mapping[str, bytes]) -> bytes:
+    """``record`` with the rows of the paths in ``changes`` given the new bytes' hash and size.
+
+    Every other line, and each line's ending, is kept as it was. Raises
+    :class:`EnvironmentProblem` when a changed path has no row.
+    """
+    lines = record.decode("utf-8").splitlines(keepends=True)
+    remaining = dict(changes)
+    out = []
+    for line in lines:
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        rows = list(csv.reader([body])) if body else []
+        path = rows[0][0] if rows and rows[0] else None
+        if path is not None and path in remaining:
+            out.append(_format_row(path, remaining.pop(path)) + ending)
+        else:
+            out.append(line)
+    if remaining:
+        raise EnvironmentProblem(
+            f"RECORD has no row for {', '.join(sorted(remaining))}.",
+            "reinstall the distribution: pip install --force-reinstall --no-deps <name>==<version>.",
+        )
+    return "".join(out).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed distribution: where it lives and what its RECORD lists."""
+
+    name: str
+    version: str
+    site_packages: Path
+    dist_info: str  # directory name relative to site_packages
+    record: Dict[str, RecordEntry]
+
+    @property
+    def record_path(self) -> str:
+        return f"{self.dist_info}/RECORD"
+
+
+def _dist_info_dirs(site_packages: Path) -> Iterable[Path]:
+    try:
+        return sorted(p for p in site_packages.iterdir() if p.name.endswith(".dist-info") and p.is_dir())
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot read {site_packages}: {exc.strerror}.", "pass a readable site-packages directory."
+        ) from None
+
+
+def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
+    """The distribution ``name`` installed in ``site_packages`` (that directory only), or None."""
+    from importlib.metadata import PathDistribution
+
+    wanted = canonicalize_name(name)
+    found = []
+    for directory in _dist_info_dirs(site_packages):
+        dist = PathDistribution(directory)
+        try:
+            dist_name, version = dist.metadata["Name"], dist.metadata["Version"]
+        except (TypeError, AttributeError, KeyError, OSError):  # no or unreadable METADATA
+            continue
+        if dist_name and version and canonicalize_name(dist_name) == wanted:
+            found.append((directory, dist_name, version, dist))
+    if not found:
+        return None
+    if len(found) > 1:
+        raise EnvironmentProblem(
+            f"{site_packages} holds {len(found)} {name} distributions: "
+            f"{', '.join(found_dir.name for found_dir, *_ in found)}.",
+            f"remove the stale ones: pip install --force-reinstall --no-deps {name}.",
+        )
+    directory, dist_name, version, dist = found[0]
+    text = dist.read_text("RECORD")
+    if text is None:
+        raise EnvironmentProblem(
+            f"{directory.name} has no RECORD file.",
+            f"reinstall with pip: pip install --force-reinstall --no-deps {name}.",
+        )
+    record = {entry.path: entry for entry in parse_record(text)}
+    return Distribution(
+        name=dist_name,
+        version=version,
+        site_packages=site_packages,
+        dist_info=directory.name,
+        record=record,
+    )
