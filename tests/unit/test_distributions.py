@@ -1,0 +1,74 @@
+"""Reading installed distributions from fake site-packages built with real metadata."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ascend_env import distributions
+
+DIST_INFO = Path(__file__).parent / "data" / "dist-info"
+
+
+def install(site: Path, fixture: str, version: str = "", package: str = "") -> Path:
+    """Copy a real dist-info from the fixtures into ``site`` (optionally with another version)."""
+    name, _, real_version = fixture.partition("-")
+    version = version or real_version
+    target = site / f"{name}-{version}.dist-info"
+    shutil.copytree(DIST_INFO / fixture, target)
+    meta = target / "METADATA"
+    meta.write_text(meta.read_text().replace(f"Version: {real_version}\n", f"Version: {version}\n"))
+    if package:
+        (site / package).mkdir(parents=True, exist_ok=True)
+        (site / package / "__init__.py").write_text("")
+    return target
+
+
+def test_find_reads_real_metadata(tmp_path):
+    install(tmp_path, "torch_npu-2.1.0.post6", package="torch_npu")
+    install(tmp_path, "torch-2.13.0+cpu", package="torch")
+    dist = distributions.find("torch_npu", [tmp_path])
+    assert dist is not None and distributions.version(dist) == "2.1.0.post6"
+    assert distributions.find("torch-npu", [tmp_path]) is not None  # normalized names
+    assert distributions.location(dist) == tmp_path.resolve()
+    assert distributions.package_dir(dist, "torch_npu") == tmp_path / "torch_npu"
+    assert distributions.top_level(dist) == ["torch_npu"]
+    assert str(distributions.requirement_on(dist, "torch")) == "torch==2.1.0"
+    assert distributions.requirement_on(dist, "numpy") is None
+    torch = distributions.find("torch", [tmp_path])
+    assert distributions.version(torch) == "2.13.0+cpu"
+    assert distributions.find("transformers", [tmp_path]) is None
+
+
+def test_extras_are_not_requirements(tmp_path):
+    install(tmp_path, "transformers-4.46.3")
+    dist = distributions.find("transformers", [tmp_path])
+    # transformers lists torch only under extras
+    assert distributions.requirement_on(dist, "torch") is None
+    assert distributions.requirements(dist)
+
+
+def test_first_path_wins(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    install(first, "torch_npu-2.1.0.post6", "2.1.0.post8")
+    install(second, "torch_npu-2.1.0.post6")
+    found = distributions.find_all("torch_npu", [first, second])
+    assert [distributions.version(d) for d in found] == ["2.1.0.post8", "2.1.0.post6"]
+
+
+def test_broken_metadata_does_not_raise(tmp_path):
+    (tmp_path / "empty-1.0.dist-info").mkdir()
+    (tmp_path / "binary-1.0.dist-info").mkdir()
+    (tmp_path / "binary-1.0.dist-info" / "METADATA").write_bytes(b"\xff\xfe\x00Name: x\x80\n")
+    (tmp_path / "noversion-1.0.dist-info").mkdir()
+    (tmp_path / "noversion-1.0.dist-info" / "METADATA").write_text("Name: torch_npu\n")
+    dist = distributions.find("torch_npu", [tmp_path])
+    assert dist is not None and distributions.version(dist) is None
+    assert distributions.find("binary", [tmp_path]) is None
+
+
+def test_site_packages_of_this_interpreter():
+    paths = distributions.site_packages()
+    assert paths and all(p.is_dir() for p in paths)
+    assert len(paths) == len(set(paths))
+    assert distributions.search_path(None)  # sys.path
