@@ -1,0 +1,104 @@
+"""``ascend-env detect``: report the environment and whether its parts fit together.
+
+Exit codes: 0 when the verdict is ``ok`` or ``unknown``, 1 when it is ``mismatch``, 2 for a usage
+error (a ``--path`` that is not a directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from ascend_env.detect import Package, Report, detect
+from ascend_env.exceptions import UsageError
+from ascend_env.output import bold, write_json, write_text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``detect``'s options."""
+    parser.add_argument(
+        "--path",
+        dest="paths",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="search only this site-packages directory for torch, torch_npu and transformers "
+        "(repeatable; default: this interpreter's sys.path)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; 1 on a mismatch, else 0."""
+    paths: Optional[List[Path]] = args.paths
+    for path in paths or []:
+        if not path.is_dir():
+            raise UsageError(f"--path {path} is not a directory.", "pass a site-packages directory")
+    report = detect(paths=paths)
+    if args.json:
+        write_json(report.to_dict())
+    else:
+        write_text(render(report, heading=lambda text: bold(text, sys.stdout)))
+    return 1 if report.verdict == "mismatch" else 0
+
+
+def _package_line(label: str, package: Package) -> str:
+    if not package.installed:
+        return f"{label}: not installed"
+    where = package.package_dir or package.location
+    return f"{label}: {package.version}" + (f" ({where})" if where else "")
+
+
+def _yes_no(value: Optional[bool]) -> str:
+    return {True: "yes", False: "no", None: "unknown"}[value]
+
+
+def render(report: Report, heading=lambda text: text) -> str:
+    """The human report, in the style of PyTorch's ``collect_env``."""
+    lines = [
+        f"Python version: {report.python_version} ({report.python_implementation}, {report.machine})",
+        f"Python executable: {report.executable}",
+        "Site-packages: " + (", ".join(str(p) for p in report.site_packages) or "none found"),
+        _package_line("torch version", report.torch),
+        _package_line("torch_npu version", report.torch_npu),
+        _package_line("transformers version", report.transformers),
+    ]
+    if report.torch_npu.requires_torch:
+        lines.append(f"torch_npu requires: {report.torch_npu.requires_torch}")
+    toolkit = report.toolkit
+    if toolkit.found:
+        version = toolkit.version or "version unknown"
+        lines.append(f"CANN toolkit: {version} ({toolkit.root}, from {toolkit.origin})")
+    else:
+        lines.append("CANN toolkit: not found (searched " + ", ".join(toolkit.searched) + ")")
+    driver = report.driver
+    if driver.found:
+        lines.append(f"Ascend driver: {driver.version or 'version unknown'} ({driver.path})")
+    else:
+        lines.append("Ascend driver: not found")
+    isin = report.isin
+    lines += ["", heading("isin")]
+    if isin.native or isin.missing:
+        lines.append("  native on the NPU: " + (", ".join(isin.native) or "none"))
+        lines.append("  missing: " + (", ".join(isin.missing) or "none"))
+    lines.append(f"  falls back to the CPU: {_yes_no(isin.falls_back)} - {isin.reason}")
+    lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)}")
+    verdict = report.compat
+    lines += ["", heading(f"Compatibility: {verdict.status}")]
+    if verdict.row is not None:
+        row = verdict.row
+        cann = ", ".join(row.cann) if row.cann else "unknown"
+        lines.append(
+            f"  table row ({row.status}): torch_npu {row.torch_npu} = torch {row.torch}, CANN {cann}, "
+            f"Python {', '.join(row.python)}"
+        )
+    marks = {"ok": "ok", "unknown": "??", "mismatch": "XX"}
+    lines += [f"  [{marks[c.status]}] {c.name}: {c.reason}" for c in verdict.checks]
+    if report.problems:
+        lines += ["", heading("Problems")]
+        lines += [f"  - {item}" for item in report.problems]
+    if report.notes:
+        lines += ["", heading("Notes")]
+        lines += [f"  - {item}" for item in report.notes]
+    return "\n".join(lines)

@@ -1,0 +1,268 @@
+"""The environment report behind ``ascend-env detect``: read files and metadata, import nothing.
+
+:func:`detect` returns a :class:`Report`; ``Report.to_dict()`` is the ``--json`` document
+(``schema`` 1, documented in README). Broken inputs end up in ``problems``, never as exceptions.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence
+
+from ascend_env import cann as cann_mod
+from ascend_env import compat, distributions
+from ascend_env import driver as driver_mod
+from ascend_env.exceptions import AscendEnvError
+from ascend_env.oplists import ISIN_OVERLOADS, read_torch_npu
+
+SCHEMA = 1
+FALLBACK_OPS = ("isin.Tensor_Tensor", "isin.Tensor_Tensor_out")
+NO_TORCH_NPU = (
+    "no torch_npu; isin cannot fall back; install has nothing to do (use --patches always to force)"
+)
+
+
+@dataclass
+class Package:
+    """One installed distribution, as its metadata describes it."""
+
+    name: str
+    version: Optional[str] = None
+    location: Optional[Path] = None
+    package_dir: Optional[Path] = None
+    requires_torch: Optional[str] = None
+    shadowed: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+    @property
+    def installed(self) -> bool:
+        return self.version is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "installed": self.installed,
+            "version": self.version,
+            "location": None if self.location is None else str(self.location),
+            "package_dir": None if self.package_dir is None else str(self.package_dir),
+            "requires_torch": self.requires_torch,
+            "shadowed": list(self.shadowed),
+            "problems": list(self.problems),
+        }
+
+
+@dataclass
+class Isin:
+    """Whether ``aten::isin`` has an NPU kernel in the installed torch_npu."""
+
+    falls_back: Optional[bool] = None
+    status: str = "unknown"
+    reason: str = ""
+    native: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+
+    @property
+    def install_has_work(self) -> Optional[bool]:
+        return self.falls_back
+
+    def to_dict(self) -> dict:
+        return {
+            "falls_back": self.falls_back,
+            "status": self.status,
+            "reason": self.reason,
+            "native": list(self.native),
+            "missing": list(self.missing),
+            "install_has_work": self.install_has_work,
+        }
+
+
+@dataclass
+class Report:
+    """Everything ``detect`` found."""
+
+    python_version: str
+    python_implementation: str
+    executable: str
+    machine: str
+    site_packages: List[Path]
+    search_path: List[str]
+    torch: Package
+    torch_npu: Package
+    transformers: Package
+    toolkit: cann_mod.Toolkit
+    driver: driver_mod.Driver
+    isin: Isin
+    compat: compat.Verdict
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return self.compat.status
+
+    @property
+    def problems(self) -> List[str]:
+        """Every problem found, each prefixed with where it was found."""
+        found: List[str] = []
+        for label, items in (
+            ("torch", self.torch.problems),
+            ("torch_npu", self.torch_npu.problems),
+            ("transformers", self.transformers.problems),
+            ("CANN", self.toolkit.problems),
+            ("driver", self.driver.problems),
+        ):
+            found.extend(f"{label}: {item}" for item in items)
+        return found
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "python": {
+                "version": self.python_version,
+                "implementation": self.python_implementation,
+                "executable": self.executable,
+                "machine": self.machine,
+                "site_packages": [str(p) for p in self.site_packages],
+            },
+            "torch": self.torch.to_dict(),
+            "torch_npu": self.torch_npu.to_dict(),
+            "transformers": self.transformers.to_dict(),
+            "cann": self.toolkit.to_dict(),
+            "driver": self.driver.to_dict(),
+            "isin": self.isin.to_dict(),
+            "compat": self.compat.to_dict(),
+            "problems": self.problems,
+            "notes": list(self.notes),
+        }
+
+
+def read_package(name: str, import_name: str, paths: Optional[Sequence[Path]]) -> Package:
+    """What the metadata of ``name`` says (never raises)."""
+    package = Package(name)
+    try:
+        found = distributions.find_all(name, paths)
+    except Exception as exc:  # an unreadable site-packages must not stop the report
+        package.problems.append(f"cannot list installed distributions ({exc}).")
+        return package
+    if not found:
+        return package
+    dist = found[0]
+    package.version = distributions.version(dist)
+    package.location = distributions.location(dist)
+    package.shadowed = [
+        f"{distributions.version(other) or '?'} at {distributions.location(other)}" for other in found[1:]
+    ]
+    where = distributions.metadata_dir(dist) or package.location
+    if package.version is None:
+        package.problems.append(
+            f"the metadata at {where} has no Version; {name} is reported as not installed."
+        )
+        return package
+    if package.shadowed:
+        package.problems.append(
+            f"{len(package.shadowed)} more {name} installation(s) are hidden behind this one: "
+            + "; ".join(package.shadowed)
+        )
+    package_dir = distributions.package_dir(dist, import_name)
+    if package_dir.is_dir():
+        package.package_dir = package_dir
+    else:
+        package.problems.append(f"{name} {package.version} is registered but {package_dir} is missing.")
+    requirement = distributions.requirement_on(dist, "torch") if name != "torch" else None
+    package.requires_torch = None if requirement is None else str(requirement)
+    return package
+
+
+def read_isin(torch_npu: Package) -> Isin:
+    """Whether isin falls back to the CPU with this torch_npu (from its op lists)."""
+    if not torch_npu.installed:
+        return Isin(falls_back=False, status="no_torch_npu", reason=NO_TORCH_NPU)
+    if torch_npu.package_dir is None:
+        return Isin(reason=f"unknown: torch_npu {torch_npu.version} has no package directory to read.")
+    try:
+        ops = read_torch_npu(torch_npu.package_dir)
+    except AscendEnvError as exc:
+        return Isin(reason=f"unknown: {exc.problem}")
+    native = [op for op in ISIN_OVERLOADS if op in ops]
+    missing = [op for op in ISIN_OVERLOADS if op not in ops]
+    lacking = [op for op in FALLBACK_OPS if op in missing]
+    if lacking:
+        reason = (
+            f"torch_npu {torch_npu.version} has no NPU kernel for {', '.join(lacking)}: every "
+            "transformers decoding step runs isin on the CPU; install has work to do."
+        )
+        return Isin(True, "falls_back", reason, native, missing)
+    reason = f"torch_npu {torch_npu.version} runs isin natively on the NPU; install has nothing to do."
+    return Isin(False, "native", reason, native, missing)
+
+
+def detect(
+    paths: Optional[Sequence[Path]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    prefixes: Optional[Sequence[Path]] = None,
+    install_info: Path = driver_mod.INSTALL_INFO,
+    driver_prefix: Path = cann_mod.SYSTEM_PREFIX,
+    machine: Optional[str] = None,
+    python_version: Optional[Sequence[int]] = None,
+    table: Optional[compat.Table] = None,
+) -> Report:
+    """Build the report.
+
+    ``paths`` are the directories to search for distributions (default: ``sys.path``);
+    ``environ`` the environment (default: ``os.environ``); ``prefixes`` the Ascend install
+    prefixes (default: ``/usr/local/Ascend`` then ``$HOME/Ascend``); ``machine`` and
+    ``python_version`` default to the running interpreter's.
+    """
+    environ = os.environ if environ is None else environ
+    machine = machine or platform.machine()
+    version_info = tuple(python_version or sys.version_info[:3])
+    notes: List[str] = []
+    torch = read_package("torch", "torch", paths)
+    torch_npu = read_package("torch_npu", "torch_npu", paths)
+    transformers = read_package("transformers", "transformers", paths)
+    toolkit = cann_mod.find_toolkit(environ, prefixes, machine)
+    driver = driver_mod.find_driver(install_info, driver_prefix)
+    isin = read_isin(torch_npu)
+    try:
+        table = compat.load() if table is None else table
+        verdict = compat.verdict(
+            table,
+            torch_npu.version,
+            torch.version,
+            toolkit.version if toolkit.found else None,
+            compat.python_line(version_info),
+            torch_npu.requires_torch,
+        )
+    except AscendEnvError as exc:
+        verdict = compat.Verdict()
+        verdict.add("table", compat.UNKNOWN, exc.problem)
+    if torch_npu.installed and not toolkit.found:
+        notes.append(
+            "without CANN, 'import torch' fails once torch_npu >= 2.5.1 is installed (it loads "
+            "itself as a torch backend); set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to import torch anyway."
+        )
+    if toolkit.found and toolkit.origin.startswith("default path") and not environ.get("ASCEND_HOME_PATH"):
+        script = cann_mod.set_env_script(toolkit.root) if toolkit.root else None
+        notes.append(
+            f"ASCEND_HOME_PATH is not set: run 'source {script or '<CANN root>/set_env.sh'}' "
+            "before using torch_npu."
+        )
+    return Report(
+        python_version=".".join(str(n) for n in version_info),
+        python_implementation=platform.python_implementation(),
+        executable=sys.executable,
+        machine=machine,
+        site_packages=distributions.site_packages() if paths is None else list(paths),
+        search_path=distributions.search_path(paths),
+        torch=torch,
+        torch_npu=torch_npu,
+        transformers=transformers,
+        toolkit=toolkit,
+        driver=driver,
+        isin=isin,
+        compat=verdict,
+        notes=notes + list(verdict.notes),
+    )

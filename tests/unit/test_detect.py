@@ -1,0 +1,236 @@
+"""``detect`` end to end on fake site-packages (real metadata, real YAML) and fake CANN trees."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ascend_env import cann, cli
+from ascend_env import detect as detect_mod
+from ascend_env.commands import detect as command
+from ascend_env.detect import NO_TORCH_NPU, detect
+
+DATA = Path(__file__).parent / "data"
+DIST_INFO = DATA / "dist-info"
+TENSOR_TENSOR = (
+    "- func: isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, "
+    "bool invert=False) -> Tensor\n"
+    "- func: isin.Tensor_Tensor_out(Tensor elements, Tensor test_elements, *, bool assume_unique=False, "
+    "bool invert=False, Tensor(a!) out) -> Tensor(a!)\n"
+)
+
+
+def install(site: Path, fixture: str, version: str = "", requires: str = "") -> Path:
+    """A dist-info copied from the real fixtures, optionally with another Version / Requires-Dist."""
+    name, _, real_version = fixture.partition("-")
+    version = version or real_version
+    target = site / f"{name}-{version}.dist-info"
+    shutil.copytree(DIST_INFO / fixture, target)
+    meta = target / "METADATA"
+    text = meta.read_text().replace(f"Version: {real_version}\n", f"Version: {version}\n")
+    if requires:
+        text = text.replace("Requires-Dist: torch ==2.1.0\n", f"Requires-Dist: {requires}\n")
+    meta.write_text(text)
+    (site / name).mkdir(parents=True, exist_ok=True)
+    return site / name
+
+
+def install_torch_npu(site: Path, version: str = "2.1.0.post6", native_isin: bool = False, **kw) -> Path:
+    package = install(site, "torch_npu-2.1.0.post6", version, **kw)
+    aten = package / "csrc" / "aten"
+    aten.mkdir(parents=True)
+    shutil.copy(DATA / "npu_native_functions-2.1.0.post6.yaml", aten / "npu_native_functions.yaml")
+    codegen = (DATA / "npu_native_functions_by_codegen-2.1.0.post6-excerpt.yaml").read_text()
+    if native_isin:
+        codegen = codegen.replace("supported:\n", "supported:\n" + TENSOR_TENSOR, 1)
+    (aten / "npu_native_functions_by_codegen.yaml").write_text(codegen)
+    return package
+
+
+def make_cann(prefix: Path, version: str = "8.0.RC2", arch: str = "aarch64") -> Path:
+    root = prefix / "ascend-toolkit" / version
+    (root / f"{arch}-linux").mkdir(parents=True)
+    info = f"package_name=Ascend-cann-toolkit\nversion={version}\n"
+    (root / f"{arch}-linux" / cann.INFO_FILE).write_text(info)
+    (prefix / "ascend-toolkit" / "set_env.sh").write_text("")
+    os.symlink(version, prefix / "ascend-toolkit" / "latest")
+    return root
+
+
+@pytest.fixture
+def site(tmp_path) -> Path:
+    path = tmp_path / "site-packages"
+    path.mkdir()
+    return path
+
+
+def run(tmp_path: Path, site: Path, **kw) -> detect_mod.Report:
+    kw.setdefault("environ", {})
+    kw.setdefault("prefixes", [tmp_path / "Ascend"])
+    kw.setdefault("install_info", tmp_path / "etc" / "ascend_install.info")
+    kw.setdefault("driver_prefix", tmp_path / "Ascend")
+    kw.setdefault("machine", "aarch64")
+    kw.setdefault("python_version", (3, 10, 14))
+    return detect(paths=[site], **kw)
+
+
+def test_old_torch_npu_falls_back(tmp_path, site):
+    install_torch_npu(site)
+    install(site, "torch-2.13.0+cpu", "2.1.0")
+    install(site, "transformers-4.46.3")
+    make_cann(tmp_path / "Ascend")
+    report = run(tmp_path, site)
+    assert report.verdict == "ok", report.to_dict()["compat"]
+    assert report.torch_npu.version == "2.1.0.post6" and report.torch.version == "2.1.0"
+    assert report.transformers.version == "4.46.3"
+    assert report.toolkit.version == "8.0.RC2"
+    assert report.isin.falls_back is True and report.isin.install_has_work is True
+    assert report.isin.missing == ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Scalar_Tensor"]
+    assert "isin.Tensor_Scalar" in report.isin.native
+    assert report.problems == []
+
+
+def test_native_isin_means_nothing_to_install(tmp_path, site):
+    install_torch_npu(site, native_isin=True)
+    install(site, "torch-2.13.0+cpu", "2.1.0+cpu")
+    report = run(tmp_path, site)
+    assert report.isin.falls_back is False and report.isin.status == "native"
+    assert "isin.Tensor_Tensor_out" in report.isin.native
+
+
+def test_no_torch_npu(tmp_path, site):
+    install(site, "torch-2.13.0+cpu")
+    report = run(tmp_path, site, python_version=(3, 11, 7))
+    assert report.isin.falls_back is False and report.isin.reason == NO_TORCH_NPU
+    assert report.isin.install_has_work is False
+    assert report.verdict == "unknown"
+
+
+def test_no_cann_is_a_mismatch_with_a_note(tmp_path, site):
+    install_torch_npu(site)
+    install(site, "torch-2.13.0+cpu", "2.1.0+cpu")
+    report = run(tmp_path, site)
+    assert report.verdict == "mismatch"
+    assert any("TORCH_DEVICE_BACKEND_AUTOLOAD=0" in note for note in report.notes)
+
+
+def test_x86_cpu_pin_and_wrong_torch(tmp_path, site):
+    install_torch_npu(site, requires="torch (==2.1.0+cpu)")
+    install(site, "torch-2.13.0+cpu")
+    make_cann(tmp_path / "Ascend", arch="x86_64")
+    report = run(tmp_path, site, machine="x86_64")
+    checks = {c.name: c.status for c in report.compat.checks}
+    assert checks["requires"] == "mismatch" and checks["torch"] == "mismatch"
+    assert report.torch_npu.requires_torch == "torch==2.1.0+cpu"
+
+
+@pytest.mark.parametrize(
+    "breakage, reason",
+    [
+        ("missing", "op lists are missing"),
+        ("garbage", "not valid YAML"),
+        ("not-a-mapping", "not a torch_npu op list"),
+    ],
+)
+def test_unreadable_yaml_is_unknown(tmp_path, site, breakage, reason):
+    package = install_torch_npu(site)
+    aten = package / "csrc" / "aten"
+    if breakage == "missing":
+        shutil.rmtree(aten)
+    else:
+        content = b"supported: [\x00\xff\xfe" if breakage == "garbage" else b"- just\n- a list\n"
+        for name in ("npu_native_functions.yaml", "npu_native_functions_by_codegen.yaml"):
+            (aten / name).write_bytes(content)
+    report = run(tmp_path, site)
+    assert report.isin.falls_back is None and report.isin.status == "unknown"
+    assert report.isin.reason.startswith("unknown:") and reason in report.isin.reason
+    assert report.isin.install_has_work is None
+
+
+def test_broken_metadata_and_info_files_become_problems(tmp_path, site):
+    broken = site / "torch_npu-2.1.0.post6.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Name: torch_npu\n")
+    (tmp_path / "Ascend" / "driver").mkdir(parents=True)
+    (tmp_path / "Ascend" / "driver" / "version.info").write_bytes(b"\xff\xfe\x00\x00")
+    root = make_cann(tmp_path / "Ascend")
+    (root / "aarch64-linux" / cann.INFO_FILE).write_bytes(b"version=\x89PNG\x00\n")
+    report = run(tmp_path, site)
+    problems = "\n".join(report.problems)
+    assert "torch_npu: the metadata at" in problems and "no Version" in problems
+    assert "CANN: " in problems and "is not a CANN version" in problems
+    assert "driver: " in problems
+    json.dumps(report.to_dict())  # serializable
+
+
+def test_json_schema_is_stable(tmp_path, site):
+    install_torch_npu(site)
+    document = run(tmp_path, site).to_dict()
+    assert document["schema"] == 1
+    assert list(document) == [
+        "schema", "verdict", "python", "torch", "torch_npu", "transformers", "cann", "driver",
+        "isin", "compat", "problems", "notes",
+    ]
+    assert set(document["torch_npu"]) == {
+        "installed", "version", "location", "package_dir", "requires_torch", "shadowed", "problems",
+    }
+    assert set(document["isin"]) == {
+        "falls_back", "status", "reason", "native", "missing", "install_has_work",
+    }
+    assert set(document["compat"]) == {"verdict", "reasons", "checks", "notes", "row"}
+    assert set(document["cann"]) == {
+        "found", "root", "origin", "version", "version_source", "searched", "problems",
+    }
+    assert set(document["driver"]) == {"found", "path", "origin", "version", "version_source", "problems"}
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_detect(tmp_path, monkeypatch):
+    bound = functools.partial(
+        detect, environ={}, prefixes=[tmp_path / "Ascend"], install_info=tmp_path / "none",
+        driver_prefix=tmp_path / "Ascend", machine="aarch64", python_version=(3, 10, 1),
+    )
+    monkeypatch.setattr(command, "detect", bound)
+
+
+def test_cli_json_and_exit_codes(tmp_path, site, fake_detect, capsys):
+    install_torch_npu(site)
+    install(site, "torch-2.13.0+cpu", "2.1.0")
+    assert cli.main(["detect", "--json", "--path", str(site)]) == 1  # no CANN: mismatch
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "mismatch" and document["isin"]["falls_back"] is True
+    make_cann(tmp_path / "Ascend")
+    assert cli.main(["detect", "--json", "--path", str(site)]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "ok"
+
+
+def test_cli_human_output_is_plain_off_a_tty(tmp_path, site, fake_detect, capsys):
+    install_torch_npu(site)
+    install(site, "torch-2.13.0+cpu", "2.1.0")
+    make_cann(tmp_path / "Ascend")
+    assert cli.main(["detect", "--path", str(site)]) == 0
+    out = capsys.readouterr().out
+    assert "\033" not in out
+    assert "torch_npu version: 2.1.0.post6" in out and "CANN toolkit: 8.0.RC2" in out
+    assert "falls back to the CPU: yes" in out and "Compatibility: ok" in out
+
+
+def test_cli_bad_path_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["detect", "--path", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_render_does_not_need_a_terminal(tmp_path, site):
+    install_torch_npu(site)
+    text = command.render(run(tmp_path, site))
+    assert "Compatibility: mismatch" in text and "[XX] cann:" in text
+    assert isinstance(io.StringIO(text).read(), str)
