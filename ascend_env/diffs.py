@@ -250,7 +250,10 @@ def parse_patch(text: str, name: str) -> FilePatch:
             "split it into one patch file per target file.",
         )
     (patched,) = patch_set
-    if patched.is_binary_file or patched.source_mode != patched.target_mode:
+    # (source_mode/target_mode exist from unidiff 0.7.6; mode lines are refused above anyway)
+    if patched.is_binary_file or getattr(patched, "source_mode", None) != getattr(
+        patched, "target_mode", None
+    ):
         raise PatchError(f"{name}: binary or mode changes are not allowed.")
     source = _strip_prefix(patched.source_file, "a/", name)
     target = _strip_prefix(patched.target_file, "b/", name)

@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 from ascend_env import __version__
 from ascend_env.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
-from ascend_env.journal import Change, Journal, commit, read_blob, read_journal, recover
+from ascend_env.journal import Change, Journal, commit, needs_recovery, read_blob, read_journal, recover
 from ascend_env.locking import locked
 from ascend_env.manifest import (
     Manifest,
@@ -411,7 +411,7 @@ def install(
             plan.report["result"] = "would apply"
         plan.report["dry_run"] = True
         return plan.report
-    if not plan.changes and read_journal(site_packages) is None:
+    if not plan.changes and not needs_recovery(site_packages):
         return plan.report
     with locked(state_dir(site_packages)):
         recovered = recover(site_packages)

@@ -320,6 +320,23 @@ def recover(site_packages: Path) -> Optional[str]:
     return journal.action
 
 
+def needs_recovery(site_packages: Path) -> bool:
+    """Whether an interrupted run left a journal, temp files or unreferenced bytes behind."""
+    directory = state_dir(site_packages)
+    if (directory / JOURNAL_FILE).exists() or (directory / TMP).exists():
+        return True
+    originals = directory / ORIGINALS
+    if not originals.is_dir():
+        return False
+    state_path = directory / STATE_FILE
+    try:
+        state = State.from_json(json.loads(state_path.read_text(encoding="utf-8")), str(state_path))
+    except (OSError, ValueError, EnvironmentProblem):
+        return True
+    keep = {entry.before for entry in state.entries if entry.before}
+    return any(path.name not in keep for path in originals.iterdir())
+
+
 def blob_map(items: Iterable[bytes]) -> Dict[str, bytes]:
     """``{sha256: bytes}`` for ``items``."""
     return {_sha256(data): data for data in items}

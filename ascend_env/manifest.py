@@ -9,7 +9,8 @@ Format (schema 1)::
      "releases": {"4.40.0": {"<file>": {"patch": "<id>", "before": "<sha256>", "after": "<sha256>"}}}}
 
 A listed release needs exactly its listed patches; a version below ``below`` or at or after
-``from`` needs none; any other version is unknown.
+``from`` needs none; any other version is unknown, except that ``X+ascend.N`` (written by
+``patch-wheel``) is looked up as ``X``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class Manifest:
             parsed = Version(version)
         except InvalidVersion:
             return UnknownRelease(version)
+        if parsed.local is not None and parsed.local.startswith("ascend"):
+            parsed = Version(parsed.public)  # a patch-wheel build: the files of its public release
         for key, release in self.releases.items():
             if Version(key) == parsed:
                 return release

@@ -363,3 +363,15 @@ def test_cli_install_json_and_text(site, patches):
     assert result.stdout.startswith("already applied:")
     result = run_cli("restore", "--target", str(site))
     assert result.returncode == 0 and result.stdout.startswith("restored:")
+
+
+def test_patch_wheel_build_counts_as_its_release_and_is_already_applied(tmp_path, patches):
+    site = make_site(tmp_path, version="4.46.3+ascend.1")
+    (site / STOP_PATH).write_text(STOPPING_PATCHED)
+    (site / UTILS_PATH).write_text(UTILS_PATCHED)
+    before = snapshot(site)
+    report = install(site, patches)
+    assert report["result"] == "already applied"
+    assert snapshot(site) == before
+    report, code = engine.status(site, directory=patches)
+    assert (report["status"], code) == ("applied", 0)

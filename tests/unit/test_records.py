@@ -1,0 +1,163 @@
+"""RECORD hashing and rewriting, manifest validation and lookup, and the lock."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import threading
+import time
+
+import pytest
+from fake_site import make_patches, make_site
+
+from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.locking import locked
+from ascend_env.manifest import NothingToDo, Release, UnknownRelease, load_manifest, parse_manifest
+from ascend_env.records import find_distribution, parse_record, record_hash, rewrite_record
+
+
+def test_record_hash_is_urlsafe_base64_without_padding():
+    data = b"\xfb\xff" * 100
+    expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    assert record_hash(data) == "sha256=" + expected
+    assert "=" not in record_hash(data)[len("sha256=") :]
+    assert record_hash(b"") == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
+
+
+def test_rewrite_record_changes_only_named_rows():
+    record = (
+        b"a/x.py,sha256=old,3\r\n"
+        b'"a/with,comma.py",sha256=old,3\r\n'
+        b"a/y.py,sha256=keep,4\r\n"
+        b"pkg-1.dist-info/RECORD,,\r\n"
+    )
+    new = rewrite_record(record, {"a/x.py": b"new bytes", "a/with,comma.py": b"z"})
+    lines = new.decode().splitlines(keepends=True)
+    assert lines[0] == f"a/x.py,{record_hash(b'new bytes')},9\r\n"
+    assert lines[1] == f'"a/with,comma.py",{record_hash(b"z")},1\r\n'
+    assert lines[2:] == ["a/y.py,sha256=keep,4\r\n", "pkg-1.dist-info/RECORD,,\r\n"]
+    # Undo gives the same bytes back.
+    rows = {e.path: e for e in parse_record(new.decode())}
+    assert rows["a/x.py"].matches(b"new bytes") and not rows["a/x.py"].matches(b"other")
+
+
+def test_rewrite_record_refuses_unlisted_path():
+    with pytest.raises(EnvironmentProblem, match="no row"):
+        rewrite_record(b"a.py,sha256=x,1\n", {"b.py": b""})
+
+
+def test_find_distribution_reads_version_and_record(tmp_path):
+    site = make_site(tmp_path)
+    dist = find_distribution(site, "Transformers")
+    assert dist is not None and dist.version == "4.46.3"
+    assert dist.record_path == "transformers-4.46.3.dist-info/RECORD"
+    assert "transformers/pytorch_utils.py" in dist.record
+    assert find_distribution(site, "torch_npu") is None
+
+
+def test_two_dist_infos_of_one_name_are_refused(tmp_path):
+    site = make_site(tmp_path)
+    (site / "transformers-4.40.0.dist-info").mkdir()
+    (site / "transformers-4.40.0.dist-info/METADATA").write_text("Name: transformers\nVersion: 4.40.0\n")
+    with pytest.raises(EnvironmentProblem, match="2 transformers distributions"):
+        find_distribution(site, "transformers")
+
+
+@pytest.fixture
+def manifest_data(tmp_path):
+    return json.loads((make_patches(tmp_path, versions=("4.46.3", "4.41.2")) / "manifest.json").read_text())
+
+
+def test_manifest_lookup(manifest_data):
+    manifest = parse_manifest(manifest_data)
+    assert isinstance(manifest.lookup("4.46.3"), Release)
+    assert isinstance(manifest.lookup("4.41.2"), Release)
+    assert manifest.lookup("4.41.2+ascend.1") == manifest.lookup("4.41.2")  # a patch-wheel build
+    for version in ("4.39.3", "4.40.0rc1", "5.1.0", "6.0"):
+        assert isinstance(manifest.lookup(version), NothingToDo), version
+    for version in ("4.45.0", "4.46.3.dev0", "4.46.3+local", "5.1.0rc1", "not a version"):
+        assert isinstance(manifest.lookup(version), UnknownRelease), version
+
+
+def _break(data, path, value):
+    data = copy.deepcopy(data)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        (("schema",), 2),
+        (("distribution",), KeyError),
+        (("nothing_to_do", "below"), "6.0"),
+        (("nothing_to_do", "from"), "soon"),
+        (("patches", "isin-mps-friendly-v1", "path"), "../../etc/passwd.patch"),
+        (("patches", "isin-mps-friendly-v1", "target"), "/etc/passwd"),
+        (("patches", "isin-mps-friendly-v1", "target"), "transformers/../../x.py"),
+        (("patches", "isin-mps-friendly-v1", "verified_on"), "4.46.3"),
+        (("releases", "4.46.3", "transformers/pytorch_utils.py", "before"), "abc"),
+        (("releases", "4.46.3", "transformers/pytorch_utils.py", "patch"), "nope"),
+        (("releases", "4.46.3", "transformers/pytorch_utils.py", "patch"), "stopping-criteria-eos-v1"),
+        (("releases", "4.30.0"), {}),
+        (("releases", "4.41.2"), []),
+    ],
+)
+def test_bad_manifests_are_refused(manifest_data, path, value):
+    with pytest.raises(EnvironmentProblem):
+        parse_manifest(_break(manifest_data, path, value))
+
+
+def test_load_manifest_reports_missing_and_broken_files(tmp_path):
+    with pytest.raises(EnvironmentProblem, match="no patch manifest"):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(EnvironmentProblem, match="not JSON"):
+        load_manifest(tmp_path)
+
+
+def test_lock_excludes_a_second_holder_and_times_out(tmp_path):
+    directory = tmp_path / ".ascend-env"
+    order = []
+
+    def second():
+        with locked(directory):
+            order.append("second")
+
+    with locked(directory):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.3)
+        order.append("first")
+        with pytest.raises(EnvironmentProblem, match="another ascend-env run"):
+            with locked(directory, timeout=0.2):
+                pass
+    thread.join(10)
+    assert order == ["first", "second"]
+
+
+def test_lock_survives_its_directory_being_removed(tmp_path):
+    import shutil
+
+    directory = tmp_path / ".ascend-env"
+    acquired = []
+
+    def waiter():
+        with locked(directory, timeout=10):
+            acquired.append((directory / "lock").exists())
+
+    with locked(directory):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.2)
+        shutil.rmtree(directory)
+    thread.join(10)
+    assert acquired == [True]
