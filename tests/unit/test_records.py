@@ -161,3 +161,17 @@ def test_lock_survives_its_directory_being_removed(tmp_path):
         shutil.rmtree(directory)
     thread.join(10)
     assert acquired == [True]
+
+
+def test_shipped_manifest_and_patches_are_valid():
+    from ascend_env.diffs import parse_patch
+    from ascend_env.manifest import patches_dir, read_patch_text
+
+    directory = patches_dir()
+    if not (directory / "manifest.json").is_file():
+        pytest.skip("no patches/manifest.json in this checkout yet")
+    manifest = load_manifest(directory)
+    assert manifest.distribution == "transformers"
+    for entry in manifest.patches.values():
+        patch = parse_patch(read_patch_text(directory, entry), entry.path)
+        assert (patch.id, patch.target) == (entry.id, entry.target)
