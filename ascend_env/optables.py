@@ -1,0 +1,93 @@
+"""The op tables of every torch_npu release on PyPI, shipped as package data.
+
+A release's table is the set of aten ops its ``supported:`` lists name (see ``ascend_env.oplists``):
+the ops with a native NPU kernel. ``ascend_env/data/optables/optables.json`` holds them all, the
+first release in full and each later one as the ops added and removed relative to the one before;
+``tools/gen_optables.py`` regenerates it from the wheels. The file also records whether a release's
+binaries honour ``TORCH_NPU_FALLBACK_CPU_DISABLE``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from ascend_env.exceptions import EnvironmentProblem, UsageError
+
+DATA_FILE = Path(__file__).resolve().parent / "data" / "optables" / "optables.json"
+
+
+@functools.cache
+def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
+    """Version -> (release as written, ops, honours TORCH_NPU_FALLBACK_CPU_DISABLE)."""
+    try:
+        records = json.loads(DATA_FILE.read_text(encoding="utf-8"))["releases"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EnvironmentProblem(
+            f"ascend-env's op tables ({DATA_FILE}) cannot be read: {exc}.",
+            "reinstall ascend-env: pip install --force-reinstall ascend-env",
+        ) from None
+    tables: Dict[Version, Tuple[str, FrozenSet[str], bool]] = {}
+    ops: set = set()
+    for record in records:
+        ops = (ops - set(record["removed"])) | set(record["added"])
+        entry = (record["version"], frozenset(ops), bool(record["fallback_disable"]))
+        tables[Version(record["version"])] = entry
+    return tables
+
+
+def releases() -> List[str]:
+    """Every torch_npu release with a table, oldest first."""
+    return [_tables()[v][0] for v in sorted(_tables())]
+
+
+def newest() -> str:
+    """The newest release with a table."""
+    return releases()[-1]
+
+
+def nearest(version: str, count: int = 3) -> List[str]:
+    """The ``count`` known releases closest to ``version`` (by position in release order)."""
+    known = sorted(_tables())
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return [_tables()[v][0] for v in known[-count:]]
+    below = [v for v in known if v < wanted]
+    above = [v for v in known if v > wanted]
+    picked = below[-count:] + above[:count]
+    picked.sort(key=lambda v: (abs(known.index(v) - len(below) + 0.5), v))
+    return [_tables()[v][0] for v in sorted(picked[:count])]
+
+
+def _entry(version: str) -> Tuple[str, FrozenSet[str], bool]:
+    try:
+        key = Version(version)
+    except InvalidVersion:
+        key = None
+    if key is None or key not in _tables():
+        raise UsageError(
+            f"no op table for torch_npu {version!r}; the nearest known releases are "
+            f"{', '.join(nearest(version))} (tables cover {releases()[0]} to {newest()}).",
+            "pass one of those releases, or regenerate the tables with tools/gen_optables.py",
+        )
+    return _tables()[key]
+
+
+def load(version: str) -> FrozenSet[str]:
+    """The ops with a native NPU kernel in torch_npu ``version`` (names as in ``oplists``)."""
+    return _entry(version)[1]
+
+
+def canonical(version: str) -> str:
+    """``version`` as the table names it (``2.1.0-post6`` -> ``2.1.0.post6``)."""
+    return _entry(version)[0]
+
+
+def has_fallback_disable(version: str) -> bool:
+    """Whether torch_npu ``version`` honours ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``."""
+    return _entry(version)[2]

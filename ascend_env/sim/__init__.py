@@ -1,0 +1,135 @@
+"""A simulated Ascend NPU that dispatches as torch_npu does, for machines without one.
+
+``enable("2.1.0.post6")`` makes ``npu`` a PyTorch device (``PrivateUse1`` renamed) whose tensors
+live in host memory. The ops in that torch_npu release's ``supported:`` lists run silently (their
+CPU kernels, on the same memory); every other op reaches a boxed fallback that behaves like
+torch_npu's ``npu_cpu_fallback``: it runs the op on the CPU, prints torch_npu's CAUTION line once
+per op per process to fd 2 (unless silenced as torch_npu is), and is counted. ``fallbacks()``
+returns the counts since the last ``reset()``.
+
+Process-wide state: PyTorch's dispatcher cannot unregister kernels cleanly, so one process holds
+at most one table. ``_STATE`` below records it (this module's only global state); the C++ backend
+holds the dispatcher registrations, the fallback counts and the set of ops already warned about.
+Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Dict, FrozenSet, List, Optional
+
+from ascend_env.exceptions import EnvironmentProblem, UsageError
+
+__all__ = ["enable", "enable_ops", "enabled_table", "fallbacks", "reset", "unknown_ops"]
+
+DEVICE = "npu"
+
+# The one table enabled in this process: {"table": label, "ops": frozenset, "unknown": [...]}.
+_STATE: Dict[str, object] = {}
+
+
+def enabled_table() -> Optional[str]:
+    """The table the simulator runs in this process (e.g. ``"2.1.0.post6"``), or None."""
+    table = _STATE.get("table")
+    return str(table) if table is not None else None
+
+
+def enable(torch_npu: Optional[str] = None) -> None:
+    """Make ``npu`` a simulated device with the op table of torch_npu release ``torch_npu``.
+
+    None means the newest known release. Calling it again with the same release does nothing;
+    asking for another release in the same process raises ``UsageError``.
+    """
+    from ascend_env import optables
+
+    version = optables.canonical(torch_npu) if torch_npu is not None else optables.newest()
+    if enabled_table() == version:
+        return
+    enable_ops(version, optables.load(version), optables.has_fallback_disable(version))
+
+
+def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) -> None:
+    """Like :func:`enable`, with an explicit op set (e.g. read from an installed torch_npu's YAML).
+
+    ``label`` names the table in ``enabled_table()``; ``fallback_disable`` says whether
+    ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` turns fallbacks into errors.
+    """
+    current = enabled_table()
+    if current == label:
+        return
+    if current is not None:
+        raise UsageError(
+            f"the simulated NPU already runs torch_npu {current}'s op table in this process; "
+            f"it cannot switch to {label} (PyTorch's dispatcher cannot unregister kernels cleanly).",
+            "run each table in its own process (e.g. a subprocess, or 'python -m ascend_env audit')",
+        )
+    torch = _import_torch()
+    _claim_privateuse1(torch)
+    from ascend_env.sim import build, device
+
+    library = build.ensure_built()
+    torch.ops.load_library(str(library))
+    torch.ops.ascend_sim.init()
+    if torch._C._get_privateuse1_backend_name() != DEVICE:
+        torch.utils.rename_privateuse1_backend(DEVICE)
+        torch._register_device_module(DEVICE, device)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+    unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
+    _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
+
+    # --- backend ready -------------------------------------------------------------------------
+    # The simulated "npu" backend is now fully registered (device module, kernels, fallback).
+    # The runtime hook's "backend ready" notification goes here.
+
+
+def fallbacks() -> collections.Counter[str]:
+    """Each op that reached the CPU fallback since the last ``reset()`` (``"aten::isin.Tensor_Tensor_out"``),
+    with how many times, whether or not its warning was printed."""
+    if enabled_table() is None:
+        return collections.Counter()
+    torch = _import_torch()
+    names, counts = torch.ops.ascend_sim.fallback_counts()
+    return collections.Counter(dict(zip(names, counts)))
+
+
+def reset() -> None:
+    """Forget the fallbacks counted so far (the once-per-process warnings stay printed)."""
+    if enabled_table() is not None:
+        _import_torch().ops.ascend_sim.reset_counts()
+
+
+def unknown_ops() -> List[str]:
+    """Ops of the enabled table that this torch does not define (so nothing was registered)."""
+    return list(_STATE.get("unknown", []))  # type: ignore[arg-type]
+
+
+def _import_torch():  # noqa: ANN202 - the torch module
+    try:
+        import torch
+    except ImportError:
+        raise EnvironmentProblem(
+            "the simulated NPU needs PyTorch, which is not installed in this Python.",
+            "pip install torch (any CPU build)",
+        ) from None
+    return torch
+
+
+def _claim_privateuse1(torch) -> None:  # noqa: ANN001
+    name = torch._C._get_privateuse1_backend_name()
+    already_ours = hasattr(torch.ops, "ascend_sim") and _loaded(torch)
+    if name not in ("privateuseone", DEVICE) or (name == DEVICE and not already_ours):
+        raise EnvironmentProblem(
+            f"PyTorch's PrivateUse1 backend is already taken by {name!r} in this process "
+            "(a real torch_npu, or another extension), so the simulated NPU cannot register.",
+            "run the simulator in a process that does not import torch_npu",
+        )
+
+
+def _loaded(torch) -> bool:  # noqa: ANN001
+    try:
+        torch.ops.ascend_sim.init  # noqa: B018 - raises if the library was not loaded
+    except (AttributeError, RuntimeError):
+        return False
+    return True

@@ -1,0 +1,107 @@
+"""Compiling and loading the simulator's C++ backend, cached per torch version.
+
+The shared library is built once with the system C++ compiler (one source file, one compiler call,
+no Python headers: it talks to Python through ``torch.ops.ascend_sim``) into
+``<cache>/sim-<torch version>-<source hash>/``. ``<cache>`` is ``$ASCEND_ENV_CACHE_DIR``, else
+``$XDG_CACHE_HOME/ascend-env``, else ``~/.cache/ascend-env``. A lock file serialises concurrent
+builders; the library is written under a temporary name and renamed into place, so a reader never
+sees a partial file and a crashed build leaves nothing behind that looks finished.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+from ascend_env.exceptions import EnvironmentProblem
+
+SOURCE = Path(__file__).resolve().parent / "csrc" / "sim_backend.cpp"
+LIBRARY_NAME = "libascend_sim.so"
+
+
+def cache_root() -> Path:
+    """The directory under which ascend-env caches builds."""
+    explicit = os.environ.get("ASCEND_ENV_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "ascend-env"
+
+
+def build_dir() -> Path:
+    """Where the library for the running torch and these sources is (or will be) built."""
+    import torch
+
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(f"{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}|{sys.platform}".encode())
+    return cache_root() / f"sim-{torch.__version__.replace('+', '_')}-{digest.hexdigest()[:12]}"
+
+
+def compiler() -> str:
+    """The C++ compiler to use: ``$CXX``, else ``c++``, ``g++`` or ``clang++`` on PATH."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    for candidate in candidates:
+        found = shutil.which(shlex.split(candidate)[0]) if candidate.strip() else None
+        if found:
+            return candidate
+    raise EnvironmentProblem(
+        "the simulated NPU needs a C++ compiler to build its backend once, and none was found "
+        f"(tried {', '.join(candidates)}).",
+        "install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++; macOS: "
+        "xcode-select --install), or point CXX at one",
+    )
+
+
+def compile_command(output: Path) -> List[str]:
+    """The compiler command that builds the library into ``output``."""
+    import torch
+    from torch.utils import cpp_extension
+
+    command = [*shlex.split(compiler()), "-shared", "-fPIC", "-O1", "-std=c++17", "-w",
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    for include in cpp_extension.include_paths():
+        command += ["-isystem", include]
+    command += [str(SOURCE), "-o", str(output)]
+    for libdir in cpp_extension.library_paths():
+        command += [f"-L{libdir}", f"-Wl,-rpath,{libdir}"]
+    return [*command, "-lc10", "-ltorch_cpu", "-ltorch"]
+
+
+def ensure_built() -> Path:
+    """The path of the built library, building it first if no finished build is cached."""
+    target_dir = build_dir()
+    library = target_dir / LIBRARY_NAME
+    if library.exists():
+        return library
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot create the build cache {target_dir}: {exc.strerror}.",
+            "set ASCEND_ENV_CACHE_DIR to a writable directory",
+        ) from None
+    with open(target_dir / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if library.exists():  # another process finished it while we waited
+            return library
+        partial = target_dir / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
+        command = compile_command(partial)
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            log = target_dir / "build.log"
+            log.write_text(shlex.join(command) + "\n\n" + result.stdout, encoding="utf-8")
+            tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+            raise EnvironmentProblem(
+                f"building the simulated NPU backend failed (full log: {log}):\n{tail}",
+                "check that the C++ compiler supports C++17 and matches the one torch was built for",
+            )
+        os.replace(partial, library)
+    return library

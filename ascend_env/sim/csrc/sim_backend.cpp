@@ -1,0 +1,503 @@
+// The simulated Ascend NPU: PyTorch's PrivateUse1 backend with CPU memory behind it.
+//
+// Memory: tensors on npu:0 live in host memory allocated by SimAllocator; their storage's DataPtr
+// says PrivateUse1, so the rest of PyTorch treats them as device tensors.
+//
+// Dispatch, as torch_npu does it:
+//   * the infrastructure kernels below (empty, copy, resize, views) are always registered;
+//   * enable_table() registers a pass-through kernel for each op of one torch_npu release's
+//     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently;
+//   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
+//     count it, warn once per op per process on fd 2, and run it on the CPU (at::native::cpu_fallback).
+//
+// Process-wide state (the dispatcher registrations, the fallback counts, the set of warned ops) lives
+// in the `state()` singleton at the end of the anonymous namespace; Python reaches it through the
+// `ascend_sim::*` operators defined at the bottom of this file.
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/library.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+constexpr c10::DeviceType kNpu = c10::DeviceType::PrivateUse1;
+const c10::Device kNpuDevice(kNpu, 0);
+
+// ---------------------------------------------------------------- memory
+
+struct SimAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    return {data, data, &release, kNpuDevice};
+  }
+  static void release(void* ptr) {
+    if (ptr) {
+      c10::free_cpu(ptr);
+    }
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+SimAllocator sim_allocator;
+
+// A CPU tensor over the memory of an npu tensor: its own CPU StorageImpl around the same bytes
+// (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too. The
+// caller keeps the npu tensor alive while the view is in use.
+at::Tensor cpu_view(const at::Tensor& npu) {
+  const c10::Storage& source = npu.storage();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), source.nbytes(),
+                       c10::DataPtr(const_cast<void*>(source.data()), c10::Device(c10::kCPU)),
+                       c10::GetCPUAllocator(), /*resizable=*/true);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                       npu.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(npu.sizes(), npu.strides(), npu.storage_offset());
+  return view;
+}
+
+// An npu tensor over `storage` with the geometry of `like`.
+at::Tensor npu_over(const c10::Storage& storage, const at::Tensor& like) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return tensor;
+}
+
+// A fresh npu copy of a CPU tensor, storage and geometry alike (strides kept exactly).
+c10::Storage npu_storage_copy(const c10::Storage& cpu) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), cpu.nbytes(), &sim_allocator, /*resizable=*/true);
+  if (cpu.nbytes()) {
+    std::memcpy(storage.mutable_data(), cpu.data(), cpu.nbytes());
+  }
+  return storage;
+}
+
+// ---------------------------------------------------------------- infrastructure kernels
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout>, std::optional<at::Device>,
+                               std::optional<bool>, std::optional<at::MemoryFormat> memory_format) {
+  return at::detail::empty_generic(size, &sim_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) {
+  return at::detail::empty_strided_generic(size, stride, &sim_allocator,
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_cpu(const at::Tensor& t) { return t.device().type() == kNpu ? cpu_view(t) : t; }
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  TORCH_CHECK(self.device().type() == kNpu || self.is_cpu(), "npu copy: unsupported source device ", self.device());
+  TORCH_CHECK(dst.device().type() == kNpu || dst.is_cpu(), "npu copy: unsupported target device ", dst.device());
+  as_cpu(dst).copy_(as_cpu(self));
+  return dst;
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  at::TensorImpl* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  const auto nbytes = at::detail::computeStorageNbytesContiguous(size, impl->dtype().itemsize(),
+                                                                 impl->storage_offset());
+  at::native::maybe_resize_storage_cpu(impl, nbytes);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve, "unsupported memory format ", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    resize_(dst, self.sizes(), std::nullopt);
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& result, c10::Storage storage, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  result.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(storage));
+  result.unsafeGetTensorImpl()->set_storage_offset(offset);
+  at::OptionalIntArrayRef stride_opt =
+      stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
+  at::native::resize_impl_cpu_(result.unsafeGetTensorImpl(), size, stride_opt, /*resize_storage=*/true);
+  return result;
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", &empty_memory_format);
+  m.impl("empty_strided", &empty_strided);
+  m.impl("_copy_from", &copy_from);
+  m.impl("_copy_from_and_resize", &copy_from_and_resize);
+  m.impl("resize_", &resize_);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("set_.source_Storage_storage_offset", &set_source_storage_offset);
+  m.impl("view", &view);
+  m.impl("_reshape_alias", &reshape_alias);
+}
+
+const std::set<std::string> kInfrastructure = {
+    "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize_",
+    "as_strided", "set_.source_Storage_storage_offset", "view", "_reshape_alias",
+};
+
+// ---------------------------------------------------------------- device guard and hooks
+
+struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNpu; }
+  c10::Device exchangeDevice(c10::Device) const override { return kNpuDevice; }
+  c10::Device getDevice() const override { return kNpuDevice; }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.index() <= 0, "the simulated NPU has one device, npu:0; got ", d);
+  }
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, kNpuDevice);
+  }
+  c10::Stream getNewStream(c10::Device, int = 0) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kNpuDevice);
+  }
+  c10::Stream exchangeStream(c10::Stream) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, kNpuDevice);
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
+
+struct SimHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  at::Device getDeviceFromPtr(void*) const override { return kNpuDevice; }
+  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
+  }
+};
+
+// ---------------------------------------------------------------- process-wide state
+
+struct State {
+  std::mutex mutex;
+  std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
+  std::unique_ptr<torch::Library> fallback;  // the boxed fallback
+  bool fallback_disable_supported = false;   // whether the table honours TORCH_NPU_FALLBACK_CPU_DISABLE
+  std::map<std::string, int64_t> counts;     // fallbacks since the last reset
+  std::set<std::string> warned;              // ops whose warning line was written
+};
+
+State& state() {
+  static State* s = [] {
+    at::RegisterPrivateUse1HooksInterface(new SimHooks());
+    return new State();
+  }();
+  return *s;
+}
+
+// ---------------------------------------------------------------- the pass-through kernel
+
+std::string op_name(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+struct Converted {
+  std::vector<std::pair<at::Tensor, at::Tensor>> args;                // (npu argument, its CPU view)
+  std::unordered_map<c10::StorageImpl*, c10::Storage> storages;       // CPU view storage -> npu storage
+  std::vector<std::pair<at::Tensor, at::Tensor>> mutated;             // the written ones among args
+  std::set<c10::StorageImpl*> host;                                   // storages of host arguments
+};
+
+at::Tensor to_cpu_arg(const at::Tensor& t, Converted& conv, bool written) {
+  if (!t.defined() || t.device().type() != kNpu) {
+    if (t.defined() && t.has_storage()) {
+      conv.host.insert(t.storage().unsafeGetStorageImpl());
+    }
+    return t;
+  }
+  for (const auto& [original, view] : conv.args) {
+    if (original.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      return view;
+    }
+  }
+  auto view = cpu_view(t);
+  conv.args.emplace_back(t, view);
+  conv.storages.emplace(view.storage().unsafeGetStorageImpl(), t.storage());
+  if (written) {
+    conv.mutated.emplace_back(t, view);
+  }
+  return view;
+}
+
+// Written arguments: carry back what the CPU kernel changed besides the bytes (an out= tensor
+// resized, possibly into new memory; the geometry changed by an in-place view op).
+void sync_mutated(Converted& conv) {
+  for (auto& [original, view] : conv.mutated) {
+    at::TensorImpl* impl = original.unsafeGetTensorImpl();
+    if (view.storage().data() != original.storage().data()) {
+      c10::Storage moved = npu_storage_copy(view.storage());
+      impl->set_storage_keep_dtype(moved);
+      conv.storages[view.storage().unsafeGetStorageImpl()] = moved;
+    }
+    if (view.sizes() != original.sizes() || view.strides() != original.strides() ||
+        view.storage_offset() != original.storage_offset()) {
+      impl->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+    }
+  }
+}
+
+// The result of the CPU kernel, as the npu op returns it. `on_host`: the op was asked for host
+// results (an explicit non-npu device argument, as in `_to_copy(device=cpu)`).
+at::Tensor to_npu_result(const at::Tensor& r, const Converted& conv, bool on_host,
+                         std::unordered_map<c10::StorageImpl*, c10::Storage>& fresh) {
+  if (!r.defined() || !r.is_cpu() || !r.has_storage()) {
+    return r;
+  }
+  c10::StorageImpl* storage = r.storage().unsafeGetStorageImpl();
+  auto known = conv.storages.find(storage);
+  if (known != conv.storages.end()) {
+    if (on_host) {  // never hand out a CPU tensor over npu memory
+      return r.clone(at::MemoryFormat::Preserve);
+    }
+    for (const auto& [original, view] : conv.args) {
+      if (view.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) {
+        return original;
+      }
+    }
+    return npu_over(known->second, r);
+  }
+  if (on_host || conv.host.count(storage)) {  // a host result, or an argument already on the host
+    return r;
+  }
+  auto it = fresh.find(storage);
+  if (it == fresh.end()) {
+    it = fresh.emplace(storage, npu_storage_copy(r.storage())).first;
+  }
+  return npu_over(it->second, r);
+}
+
+void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t num_args = arguments.size();
+  const size_t first = stack->size() - num_args;
+  Converted conv;
+  bool keep_results_on_host = false;  // an explicit non-npu device argument, e.g. _to_copy(device=cpu)
+  bool npu_device_argument = false;
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& value = (*stack)[first + i];
+    const auto* alias = arguments[i].alias_info();
+    const bool written = alias != nullptr && alias->isWrite();
+    if (value.isTensor()) {
+      value = to_cpu_arg(value.toTensor(), conv, written);
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        list.set(j, to_cpu_arg(list.get(j), conv, written));
+      }
+    } else if (value.isOptionalTensorList()) {
+      auto list = value.toOptionalTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        std::optional<at::Tensor> item = list.get(j);
+        if (item.has_value()) {
+          list.set(j, to_cpu_arg(*item, conv, written));
+        }
+      }
+    } else if (value.isDevice()) {
+      if (value.toDevice().type() == kNpu) {
+        value = c10::IValue(c10::Device(c10::kCPU));
+        npu_device_argument = true;
+      } else {
+        keep_results_on_host = true;
+      }
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  sync_mutated(conv);
+  const bool on_host = keep_results_on_host && !npu_device_argument;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> fresh;
+  const size_t num_returns = schema.returns().size();
+  const size_t first_return = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& value = (*stack)[first_return + i];
+    if (value.isTensor()) {
+      value = to_npu_result(value.toTensor(), conv, on_host, fresh);
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        list.set(j, to_npu_result(list.get(j), conv, on_host, fresh));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the fallback (npu_cpu_fallback)
+
+bool env_is(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::strcmp(set, value) == 0;
+}
+
+bool warnings_silenced() {
+  const char* rank = std::getenv("RANK");
+  if (rank != nullptr && *rank != '\0' && std::strcmp(rank, "0") != 0) {
+    return true;
+  }
+  if (env_is("TORCH_NPU_DISABLED_WARNING", "1") || env_is("TORCH_NPU_WARNING_DISABLE", "1")) {
+    return true;
+  }
+  const char* level = std::getenv("TORCH_CPP_LOG_LEVEL");
+  if (level != nullptr) {
+    std::string upper(level);
+    std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+    return upper == "ERROR" || upper == "FATAL" || upper == "2" || upper == "3";
+  }
+  return false;
+}
+
+void write_fd2(const std::string& line) {
+  const char* data = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(2, data, left);
+    if (n <= 0) {
+      return;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op.schema().operator_name().name +
+      (op.schema().operator_name().overload_name.empty() ? "" : "." + op.schema().operator_name().overload_name);
+  bool warn = false;
+  bool disabled = false;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.counts[name] += 1;
+    disabled = s.fallback_disable_supported && env_is("TORCH_NPU_FALLBACK_CPU_DISABLE", "1");
+    if (!disabled && !s.warned.count(name) && !warnings_silenced()) {
+      s.warned.insert(name);
+      warn = true;
+    }
+  }
+  TORCH_CHECK(!disabled, "CAUTION: The operator '", name,
+              "' is not currently supported on the NPU backend, and falling back to the CPU is disabled "
+              "by TORCH_NPU_FALLBACK_CPU_DISABLE=1.");
+  if (warn) {
+    write_fd2("[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '" + name +
+              "' is not currently supported on the NPU backend and will fall back to run on the CPU. "
+              "This may have performance implications. (function npu_cpu_fallback)\n");
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+// ---------------------------------------------------------------- the interface to Python
+
+std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool fallback_disable) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  TORCH_CHECK(!s.kernels, "the simulated NPU already has an op table in this process");
+  std::vector<std::string> unknown;
+  s.kernels = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                               c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : ops) {
+    if (kInfrastructure.count(name)) {
+      continue;
+    }
+    const auto dot = name.find('.');
+    c10::OperatorName opname("aten::" + name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+    if (!c10::Dispatcher::singleton().findSchema(opname).has_value()) {
+      unknown.push_back(name);
+      continue;
+    }
+    s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&passthrough>());
+  }
+  s.fallback = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
+                                                __FILE__, __LINE__);
+  s.fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&npu_cpu_fallback>());
+  s.fallback_disable_supported = fallback_disable;
+  return unknown;
+}
+
+std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<std::string> names;
+  std::vector<int64_t> counts;
+  for (const auto& [name, count] : s.counts) {
+    names.push_back(name);
+    counts.push_back(count);
+  }
+  return {names, counts};
+}
+
+void reset_counts() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.counts.clear();
+}
+
+void init() { state(); }
+
+}  // namespace
+
+TORCH_LIBRARY(ascend_sim, m) {
+  m.def("init() -> ()", &init);
+  m.def("enable_table(str[] ops, bool fallback_disable) -> str[]", &enable_table);
+  m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
+  m.def("reset_counts() -> ()", &reset_counts);
+}
