@@ -1,0 +1,46 @@
+"""The startup hook's files in a site-packages directory.
+
+Two files call :func:`ascend_env._boot.main` at interpreter start-up: ``ascend_env_hook.pth``, whose
+import line Python <= 3.14 runs, and the PEP 829 ``ascend_env_hook.start`` entry point, which
+Python >= 3.15 runs instead (a ``.start`` file disables the import lines of the ``.pth`` file
+with the same name). The ``.pth`` line swallows an ``ImportError``, so a hook left behind by an
+ascend-env that is gone costs one failed import and prints nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+NAME = "ascend_env_hook"
+PTH_FILE = NAME + ".pth"
+START_FILE = NAME + ".start"
+
+PTH_TEXT = (
+    "# ascend-env startup hook: registers an NPU isin when torch_npu lacks one. "
+    "Remove with: python -m ascend_env restore\n"
+    'import sys; exec("try:\\n import ascend_env._boot as b\\nexcept Exception:\\n b = None\\n'
+    'if b is not None:\\n b.main()")\n'
+)
+START_TEXT = (
+    "# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\n"
+    "ascend_env._boot:main\n"
+)
+
+
+def files() -> Dict[str, bytes]:
+    """The hook's files, by name relative to site-packages."""
+    return {PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
+
+
+def installed(site_packages: Path) -> List[str]:
+    """The hook's files present in ``site_packages``."""
+    return [name for name in files() if (site_packages / name).is_file()]
+
+
+def is_current(site_packages: Path) -> bool:
+    """Whether every hook file is present with the content this release writes."""
+    try:
+        return all((site_packages / name).read_bytes() == data for name, data in files().items())
+    except OSError:
+        return False

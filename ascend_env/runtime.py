@@ -1,0 +1,88 @@
+"""What the startup hook does once an NPU backend is loaded, and the record of it.
+
+:func:`activate` runs after ``torch_npu`` has been imported (or the simulator enabled): for every
+fix in :mod:`ascend_env.fixes` whose op has no ``PrivateUse1`` kernel, it registers the
+replacement kernel from :mod:`ascend_env.ops` with ``torch.library``. Ops that already have a
+kernel (a native one, or one registered earlier) are left alone, so PyTorch never warns
+"Overriding a previously registered kernel". :func:`status` is the in-process record.
+
+This module imports torch; only the hook's :func:`ascend_env._boot.notify` and tests import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Optional
+
+from ascend_env import _boot
+
+DISPATCH_KEY = "PrivateUse1"
+
+
+class _Record:
+    """Everything :func:`activate` did in this process. One instance, :data:`RECORD`."""
+
+    def __init__(self) -> None:
+        self.library: Any = None  # the torch.library.Library that owns our kernels; kept alive
+        self.release: Optional[str] = None
+        self.registered: List[str] = []
+        self.native: List[str] = []
+        self.errors: List[str] = []
+
+
+RECORD = _Record()
+
+
+def backend_release(source: str) -> Optional[str]:
+    """The torch_npu release that ``source`` stands for, when it can be told."""
+    if source == "ascend_env.sim":
+        sim = sys.modules.get("ascend_env.sim")
+        return None if sim is None else sim.enabled_table()
+    module = sys.modules.get("torch_npu")
+    version = getattr(module, "__version__", None)
+    return version if isinstance(version, str) else None
+
+
+def has_kernel(op: str) -> bool:
+    """Whether ``aten::op`` has a kernel registered for the NPU dispatch key."""
+    import torch
+
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", DISPATCH_KEY))
+
+
+def activate(source: str) -> List[str]:
+    """Register every fix whose op lacks an NPU kernel; return the ops registered now."""
+    import torch
+
+    from ascend_env import fixes, ops
+
+    RECORD.release = backend_release(source) or RECORD.release
+    registered = []
+    for fix in fixes.FIXES:
+        try:
+            if has_kernel(fix.op):
+                if fix.op not in RECORD.registered and fix.op not in RECORD.native:
+                    RECORD.native.append(fix.op)
+                continue
+            if RECORD.library is None:
+                RECORD.library = torch.library.Library("aten", "IMPL")
+            RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.kernel], DISPATCH_KEY)
+            RECORD.registered.append(fix.op)
+            registered.append(fix.op)
+        except Exception as exc:  # one failed op must not stop the others
+            RECORD.errors.append(f"{fix.op}: {type(exc).__name__}: {exc}")
+    return registered
+
+
+def status() -> Dict[str, Any]:
+    """The in-process record of the startup hook and of what it registered."""
+    return {
+        "hook_started": _boot.STATE.started,
+        "disabled": _boot.STATE.disabled,
+        "waiting_for": _boot.WATCHED if _boot.STATE.finder in sys.meta_path else None,
+        "events": list(_boot.STATE.events),
+        "release": RECORD.release,
+        "registered": list(RECORD.registered),
+        "native": list(RECORD.native),
+        "errors": list(_boot.STATE.errors) + list(RECORD.errors),
+    }

@@ -1,0 +1,162 @@
+"""The startup hook's stdlib half: cheap at start-up, waits for torch_npu, never breaks a process.
+
+Every test runs a fresh interpreter whose site directory holds the hook files, so the ``.pth``
+line runs exactly as it does in a user's environment. No torch is needed: a fake ``torch_npu``
+package stands in, and what the hook does once it appears is recorded, error or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import ascend_env
+from ascend_env import _boot, hook
+
+ASCEND_ENV_ROOT = str(Path(ascend_env.__file__).parent.parent)
+
+
+def run_python(
+    site: Path, code: str, *, path: Optional[str] = ASCEND_ENV_ROOT, **env: str
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (no other site directory) that processes ``site``.
+
+    ``path``, where ascend_env is imported from, comes first on ``sys.path``; None leaves it out.
+    """
+    prelude = "import sys\n"
+    if path is not None:
+        prelude += f"sys.path.insert(0, {path!r})\n"
+    prelude += f"import site\nsite.addsitedir({str(site)!r})\n"
+    environ = {k: v for k, v in os.environ.items() if k != _boot.DISABLE_VARIABLE}
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+
+
+def write_hook(site: Path) -> None:
+    for name, data in hook.files().items():
+        (site / name).write_bytes(data)
+
+
+def write_fake_torch_npu(root: Path) -> None:
+    package = root / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text("__version__ = '2.1.0.post6'\nLOADED = True\n")
+
+
+REPORT = (
+    "import json, sys\n"
+    "b = sys.modules.get('ascend_env._boot')\n"
+    "print(json.dumps(None if b is None else {'started': b.STATE.started, 'disabled': b.STATE.disabled,"
+    " 'events': b.STATE.events, 'errors': b.STATE.errors,"
+    " 'finder': any(type(f).__name__ == '_Finder' for f in sys.meta_path)}))\n"
+)
+
+
+def test_hook_starts_without_importing_torch(tmp_path: Path):
+    write_hook(tmp_path)
+    modules = "print('torch' in sys.modules, 'importlib.metadata' in sys.modules)"
+    result = run_python(tmp_path, REPORT + modules)
+    assert result.returncode == 0, result.stderr
+    state_line, modules_line = result.stdout.splitlines()
+    state = json.loads(state_line)
+    assert state == {"started": True, "disabled": False, "events": [], "errors": [], "finder": True}
+    assert modules_line == "False False"
+    assert result.stderr == ""
+
+
+def test_kill_switch_skips_everything(tmp_path: Path):
+    write_hook(tmp_path)
+    result = run_python(tmp_path, REPORT, ASCEND_ENV_DISABLE="1")
+    state = json.loads(result.stdout)
+    assert state["disabled"] is True
+    assert state["finder"] is False
+
+
+def test_waits_for_torch_npu_then_notifies_and_steps_aside(tmp_path: Path):
+    write_hook(tmp_path)
+    pkgs = tmp_path / "pkgs"
+    pkgs.mkdir()
+    write_fake_torch_npu(pkgs)
+    code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\nassert torch_npu.LOADED\n" + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["events"] == ["torch_npu"]
+    assert state["finder"] is False  # the finder removed itself once torch_npu was found
+
+
+def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Path):
+    # Without torch in this interpreter's path, registering the fixes fails: the import of
+    # torch_npu must still succeed, silently, with the error kept in the record.
+    write_hook(tmp_path)
+    pkgs = tmp_path / "pkgs"
+    pkgs.mkdir()
+    write_fake_torch_npu(pkgs)
+    (pkgs / "torch").mkdir()
+    (pkgs / "torch" / "__init__.py").write_text("raise RuntimeError('broken torch for the test')\n")
+    code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\n" + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["events"] == ["torch_npu"]
+    assert any("broken torch for the test" in error for error in state["errors"])
+    assert result.stderr == ""
+
+
+def test_calling_main_twice_is_harmless(tmp_path: Path):
+    write_hook(tmp_path)
+    code = (
+        "import ascend_env._boot as b\nb.main(); b.main()\n"
+        "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+    )
+    result = run_python(tmp_path, code)
+    assert result.stdout.strip() == "1"
+
+
+def test_stale_hook_is_silent(tmp_path: Path):
+    # ascend-env removed without `restore`: the .pth line finds no ascend_env and must say nothing.
+    write_hook(tmp_path)
+    result = run_python(tmp_path, "print('alive', 'ascend_env' in sys.modules)", path=None)
+    assert result.returncode == 0
+    assert result.stdout.strip() == "alive False"
+    assert result.stderr == ""
+
+
+def test_broken_ascend_env_is_silent(tmp_path: Path):
+    write_hook(tmp_path)
+    broken = tmp_path / "broken"
+    (broken / "ascend_env").mkdir(parents=True)
+    (broken / "ascend_env" / "__init__.py").write_text("")
+    (broken / "ascend_env" / "_boot.py").write_text("raise ImportError('half-removed')\n")
+    result = run_python(tmp_path, "print('alive', 'ascend_env._boot' in sys.modules)", path=str(broken))
+    assert result.returncode == 0
+    assert result.stdout.strip() == "alive False"
+    assert "Traceback" not in result.stderr
+
+
+def test_start_file_names_the_entry_point():
+    # PEP 829: `<name>.start` holds `pkg.mod:callable` lines and shares the .pth file's name.
+    start = hook.files()[hook.START_FILE].decode()
+    entries = [line for line in start.splitlines() if line and not line.startswith("#")]
+    assert entries == ["ascend_env._boot:main"]
+    module, _, func = entries[0].partition(":")
+    assert callable(getattr(__import__(module, fromlist=[func]), func))
+    assert Path(hook.PTH_FILE).stem == Path(hook.START_FILE).stem
+
+
+def test_disabled_values():
+    assert _boot.disabled({"ASCEND_ENV_DISABLE": "1"})
+    assert _boot.disabled({"ASCEND_ENV_DISABLE": "yes"})
+    for value in ("", "0", "false", "No", "off"):
+        assert not _boot.disabled({"ASCEND_ENV_DISABLE": value})
+    assert not _boot.disabled({})
