@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 INFO_FILE = "ascend_toolkit_install.info"
 VERSION_CFG = "version.cfg"
@@ -332,7 +332,3 @@ def set_env_script(root: Path) -> Optional[Path]:
             return candidate
     return None
 
-
-def newest(versions: Iterable[CannVersion]) -> Optional[CannVersion]:
-    """The greatest of ``versions``, or ``None``."""
-    return max(versions, key=CannVersion.sort_key, default=None)

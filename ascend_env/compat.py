@@ -117,7 +117,7 @@ def load(path: Optional[Path] = None) -> Table:
     """The table from ``path`` (default: the one shipped in the package)."""
     try:
         if path is None:
-            text = resources.files("ascend_env").joinpath("data", "compat.json").read_text("utf-8")
+            text = resources.files("ascend_env").joinpath("data").joinpath("compat.json").read_text("utf-8")
         else:
             text = Path(path).read_text(encoding="utf-8")
         data = json.loads(text)
