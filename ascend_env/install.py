@@ -28,7 +28,7 @@ from ascend_env.manifest import (
     patches_dir,
     read_patch_text,
 )
-from ascend_env.records import Distribution, find_distribution, rewrite_record, sha256_hex
+from ascend_env.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
 from ascend_env.state import Entry, State, drift, read_state, state_dir
 
 __all__ = [
@@ -107,10 +107,18 @@ def isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optio
 def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:
     """The startup hook's files (name relative to site-packages -> bytes) that join each install.
 
-    Their writes share the install's journal and state, and ``restore`` removes them. Empty
-    until the hook is wired in here.
+    Their writes share the install's journal and state, and ``restore`` removes them. Where
+    ascend-env itself is installed in ``site_packages``, its RECORD gains rows for them, so that
+    ``pip uninstall ascend-env`` removes them too.
     """
-    return {}
+    from ascend_env import hook
+
+    files = hook.files()
+    own = find_distribution(site_packages, "ascend-env")
+    if own is not None:
+        record = (site_packages / own.record_path).read_bytes()
+        files[own.record_path] = add_rows(record, hook.files())
+    return files
 
 
 # -- classification ------------------------------------------------------------------------------

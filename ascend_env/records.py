@@ -103,6 +103,19 @@ def rewrite_record(record: bytes, changes: Mapping[str, bytes]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+def add_rows(record: bytes, files: Mapping[str, bytes]) -> bytes:
+    """``record`` with a row for each of ``files``: rewritten where it has one, appended where not."""
+    text = record.decode("utf-8")
+    present = {row[0] for row in csv.reader(text.splitlines()) if row}
+    listed = {path: data for path, data in files.items() if path in present}
+    new = rewrite_record(record, listed) if listed else record
+    ending = "\r\n" if text.endswith("\r\n") else "\n"
+    if new and not new.endswith(b"\n"):
+        new += ending.encode()
+    missing = sorted((path, data) for path, data in files.items() if path not in present)
+    return new + "".join(_format_row(path, data) + ending for path, data in missing).encode("utf-8")
+
+
 @dataclass(frozen=True)
 class Distribution:
     """An installed distribution: where it lives and what its RECORD lists."""

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ascend_env import install as engine
+from ascend_env.exceptions import UsageError
 from ascend_env.output import write_json, write_text
 
 
@@ -16,6 +17,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=engine.PATCH_MODES,
         default="auto",
         help="auto: patch only when torch_npu has no native NPU isin (default); always; never",
+    )
+    parser.add_argument(
+        "--hook-only",
+        action="store_true",
+        help="install only the startup hook that registers the NPU isin (same as --patches never)",
     )
     parser.add_argument(
         "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
@@ -42,10 +48,14 @@ def describe(report: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hook_only and args.patches != "auto":
+        raise UsageError(
+            f"--hook-only and --patches {args.patches} contradict each other.", "pass one of them."
+        )
     site_packages = engine.resolve_site_packages(args.target)
     report = engine.install(
         site_packages,
-        patches=args.patches,
+        patches="never" if args.hook_only else args.patches,
         dry_run=args.dry_run,
         extra_files=engine.startup_hook_files(site_packages),
         search_sys_path=args.target is None,

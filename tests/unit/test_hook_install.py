@@ -1,0 +1,115 @@
+"""The startup hook joins install and restore, and pip uninstall removes it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import venv
+from pathlib import Path
+
+import pip
+import pytest
+from fake_site import make_patches, make_site, run_cli, snapshot, write_dist
+
+from ascend_env import hook
+from ascend_env.records import find_distribution
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    site = make_site(tmp_path)
+    write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
+    return site
+
+
+@pytest.fixture
+def patches(tmp_path: Path) -> Path:
+    return make_patches(tmp_path)
+
+
+def test_install_writes_the_hook_and_lists_it_in_ascend_envs_record(site, patches):
+    result = run_cli("install", "--target", str(site), "--patches-dir", str(patches), "--patches", "never")
+    assert result.returncode == 0, result.stderr
+    assert hook.is_current(site)
+    own = find_distribution(site, "ascend-env")
+    assert own is not None
+    for name, data in hook.files().items():
+        assert own.record[name].matches(data)
+
+
+def test_hook_only_installs_no_patch(site, patches):
+    before = snapshot(site, include_state=False)
+    result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert result.returncode == 0, result.stderr
+    after = snapshot(site, include_state=False)
+    changed = {path for path in after if before.get(path) != after[path]}
+    assert changed == {*hook.files(), "ascend_env-0.1.0.dist-info/RECORD"}
+
+
+def test_restore_removes_the_hook_and_its_record_rows(site, patches):
+    before = snapshot(site)
+    assert (
+        run_cli(
+            "install", "--target", str(site), "--patches-dir", str(patches), "--patches", "always"
+        ).returncode
+        == 0
+    )
+    assert hook.installed(site)
+    result = run_cli("restore", "--target", str(site))
+    assert result.returncode == 0, result.stderr
+    assert hook.installed(site) == []
+    assert snapshot(site) == before
+
+
+def test_second_install_keeps_one_record_row_per_hook_file(site, patches):
+    for _ in range(2):
+        assert (
+            run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)).returncode
+            == 0
+        )
+    record = (site / "ascend_env-0.1.0.dist-info" / "RECORD").read_text()
+    for name in hook.files():
+        assert sum(line.startswith(name + ",") for line in record.splitlines()) == 1
+
+
+def test_pip_uninstall_removes_the_hook_files(tmp_path: Path, patches):
+    # A real environment, since pip only uninstalls what lies inside sys.prefix.
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    site = next(env.glob("lib/python*/site-packages"))
+    make_site_in(site)
+    write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
+    result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert result.returncode == 0, result.stderr
+    assert hook.installed(site)
+    pip_home = str(Path(pip.__file__).parent.parent)
+    code = (
+        f"import sys; sys.path.append({pip_home!r})\n"
+        "from pip._internal.cli.main import main\n"
+        "sys.exit(main(['uninstall', '--yes', '--quiet', 'ascend-env']))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    done = subprocess.run(
+        [str(env / "bin" / "python"), "-c", code], capture_output=True, text=True, env=environ, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert hook.installed(site) == []
+    assert not (site / "ascend_env").exists()
+
+
+def make_site_in(site: Path) -> None:
+    """Fill an existing site-packages with the fake transformers of :func:`make_site`."""
+    scratch = make_site(site.parent / "scratch")
+    for path in sorted(scratch.rglob("*")):
+        target = site / path.relative_to(scratch)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.write_bytes(path.read_bytes())
+
+
+def test_hook_only_with_a_patches_mode_is_a_usage_error(site, patches):
+    result = run_cli("install", "--hook-only", "--patches", "always", "--target", str(site))
+    assert result.returncode == 2
+    assert "--hook-only" in result.stderr
+    assert hook.installed(site) == []
