@@ -16,15 +16,20 @@ from typing import Optional, Tuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-# torch_npu releases whose op lists lack aten::isin.Tensor_Tensor(_out): 2.1.0.post3 to 2.1.0.post6,
-# every 2.2.x, and 2.3.1. 2.1.0.post8, 2.3.1.post2 and 2.4.0 on have it.
-_ISIN_MISSING: Tuple[str, ...] = ("<2.1.0.post8", ">=2.2.0,<2.3.1.post2")
-
 _ISIN_REASON = (
     "transformers calls torch.isin on every decoding step (EosTokenCriteria, logits processors, "
     "assisted decoding); without an NPU kernel each call is a device->host copy, a CPU run and a "
     "copy back."
 )
+_SCALAR_ISIN_REASON = (
+    "torch.isin(scalar, tensor) dispatches to this overload, which no torch_npu release registers "
+    "(only its out= form), so it always falls back to the CPU."
+)
+# torch_npu 2.1.0.post3 to 2.1.0.post6, every 2.2.x, and 2.3.1 lack aten::isin.Tensor_Tensor(_out);
+# 2.1.0.post8, 2.3.1.post2 and 2.4.0 on have it. Checked against the op tables in ascend_env.optables.
+_TENSOR_TENSOR_MISSING: Tuple[str, ...] = ("<2.1.0.post8", ">=2.2.0,<2.3.1.post2")
+_EVERY_RELEASE: Tuple[str, ...] = ("",)  # the empty specifier set matches every version
+_NO_KNOWN_RELEASE: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,14 +56,12 @@ class Fix:
         return any(version in SpecifierSet(spec, prereleases=True) for spec in self.releases)
 
 
-FIXES: Tuple[Fix, ...] = tuple(
-    Fix(op=op, kernel=op, reason=_ISIN_REASON, releases=_ISIN_MISSING)
-    for op in (
-        "isin.Tensor_Tensor",
-        "isin.Tensor_Tensor_out",
-        "isin.Tensor_Scalar",
-        "isin.Tensor_Scalar_out",
-        "isin.Scalar_Tensor",
-        "isin.Scalar_Tensor_out",
-    )
+FIXES: Tuple[Fix, ...] = (
+    Fix("isin.Tensor_Tensor", "isin.Tensor_Tensor", _ISIN_REASON, _TENSOR_TENSOR_MISSING),
+    Fix("isin.Tensor_Tensor_out", "isin.Tensor_Tensor_out", _ISIN_REASON, _TENSOR_TENSOR_MISSING),
+    Fix("isin.Scalar_Tensor", "isin.Scalar_Tensor", _SCALAR_ISIN_REASON, _EVERY_RELEASE),
+    # Natively registered by every known release; registered only for a build that lacks them.
+    Fix("isin.Tensor_Scalar", "isin.Tensor_Scalar", _ISIN_REASON, _NO_KNOWN_RELEASE),
+    Fix("isin.Tensor_Scalar_out", "isin.Tensor_Scalar_out", _ISIN_REASON, _NO_KNOWN_RELEASE),
+    Fix("isin.Scalar_Tensor_out", "isin.Scalar_Tensor_out", _ISIN_REASON, _NO_KNOWN_RELEASE),
 )

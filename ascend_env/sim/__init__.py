@@ -16,6 +16,7 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Dict, FrozenSet, List, Optional
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
@@ -80,8 +81,11 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
 
     # --- backend ready -------------------------------------------------------------------------
-    # The simulated "npu" backend is now fully registered (device module, kernels, fallback).
-    # The runtime hook's "backend ready" notification goes here.
+    # The simulated "npu" backend is now fully registered (device module, kernels, fallback):
+    # tell the startup hook, when it runs in this process, as torch_npu's import would.
+    boot = sys.modules.get("ascend_env._boot")
+    if boot is not None:
+        boot.notify("ascend_env.sim")
 
 
 def fallbacks() -> collections.Counter[str]:

@@ -1,0 +1,185 @@
+"""The startup hook end to end: a fresh interpreter with the hook files in its site-packages.
+
+Each test runs a throw-away virtual environment that sees this environment's packages (a path
+``.pth`` line) and holds the hook files, so the hook starts exactly as in a user's environment.
+The simulated NPU stands in for torch_npu: either enabled directly, or through a fake
+``torch_npu`` package whose import enables it, as the real one registers its kernels on import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from ascend_env import hook, optables
+from ascend_env.oplists import ISIN_OVERLOADS
+
+CAUTION = "CAUTION: The operator 'aten::isin"
+OVERRIDE = "Overriding a previously registered kernel"
+SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
+
+# Every isin overload on "npu", checked against the CPU; prints the fallbacks and the hook's record.
+SMOKE = """
+import json, sys, threading
+import torch
+{enable}
+from ascend_env import runtime, sim
+cpu_e = torch.tensor([[1, 2, 3], [4, 5, 6]])
+cpu_t = torch.tensor([2, 6, 9])
+results = []
+def check():
+    e, t = cpu_e.to("npu"), cpu_t.to("npu")
+    out = torch.empty(0, dtype=torch.bool, device="npu")
+    pairs = [
+        (torch.isin(e, t), torch.isin(cpu_e, cpu_t)),
+        (torch.isin(e, t, invert=True), torch.isin(cpu_e, cpu_t, invert=True)),
+        (torch.isin(e, t, out=out), torch.isin(cpu_e, cpu_t)),
+        (torch.isin(e, 5), torch.isin(cpu_e, 5)),
+        (torch.isin(6, t), torch.isin(6, cpu_t)),
+    ]
+    results.append(all(a.device.type == "npu" and torch.equal(a.cpu(), b) for a, b in pairs))
+check()
+threads = [threading.Thread(target=check) for _ in range(4)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+print(json.dumps({{"equal": results, "fallbacks": dict(sim.fallbacks()), "status": runtime.status()}}))
+"""
+
+ENABLE_SIM = "from ascend_env import sim; sim.enable(torch_npu={table!r})"
+IMPORT_FAKE_TORCH_NPU = "import torch_npu"
+
+
+@pytest.fixture(scope="module")
+def hooked_env(tmp_path_factory) -> Path:
+    """A venv seeing this environment's packages, with the hook installed; returns its python."""
+    root = tmp_path_factory.mktemp("hooked-env")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    site = next(root.glob("lib/python*/site-packages"))
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (site / "_ascend_env_test_paths.pth").write_text("\n".join(paths) + "\n")
+    for name, data in hook.files().items():
+        (site / name).write_bytes(data)
+    return root / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def fake_torch_npu(tmp_path_factory) -> Path:
+    """A directory holding a ``torch_npu`` package whose import enables the simulator."""
+    root = tmp_path_factory.mktemp("fake-torch-npu")
+    (root / "torch_npu").mkdir()
+    (root / "torch_npu" / "__init__.py").write_text(
+        "__version__ = '2.1.0.post6'\n"
+        "from ascend_env import optables as _tables, sim as _sim\n"
+        "_sim.enable_ops('torch_npu 2.1.0.post6', _tables.load('2.1.0.post6'))\n"
+    )
+    return root
+
+
+def run(python: Path, code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in SILENCERS and k != "ASCEND_ENV_DISABLE"}
+    environ.update(env or {})
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=environ, timeout=300)
+
+
+def smoke(python: Path, enable: str, env: Optional[Dict[str, str]] = None) -> tuple:
+    result = run(python, SMOKE.format(enable=enable), env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1]), result.stderr
+
+
+def test_hook_removes_the_isin_fallback_on_2_1_0_post6(hooked_env):
+    report, stderr = smoke(hooked_env, ENABLE_SIM.format(table="2.1.0.post6"))
+    assert report["equal"] == [True] * 5
+    assert not any(op.startswith("aten::isin") for op in report["fallbacks"]), report["fallbacks"]
+    assert CAUTION not in stderr
+    assert {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} <= set(report["status"]["registered"])
+    assert report["status"]["errors"] == []
+    assert report["status"]["release"] == "2.1.0.post6"
+
+
+def test_kill_switch_brings_the_fallback_back(hooked_env):
+    report, stderr = smoke(hooked_env, ENABLE_SIM.format(table="2.1.0.post6"), {"ASCEND_ENV_DISABLE": "1"})
+    assert report["equal"] == [True] * 5
+    assert "aten::isin.Tensor_Tensor_out" in report["fallbacks"]
+    assert stderr.count("CAUTION: The operator 'aten::isin.Tensor_Tensor_out'") == 1
+    assert report["status"]["registered"] == []
+    assert report["status"]["disabled"] is True
+
+
+def test_native_isin_is_left_alone_on_2_4_0(hooked_env):
+    report, stderr = smoke(hooked_env, ENABLE_SIM.format(table="2.4.0"))
+    assert report["equal"] == [True] * 5
+    table = optables.load("2.4.0")
+    # 2.4.0 has every isin overload but the functional Scalar_Tensor (no release has that one).
+    assert report["status"]["registered"] == [op for op in ISIN_OVERLOADS if op not in table]
+    assert "isin.Scalar_Tensor" not in table
+    assert set(report["status"]["native"]) == {op for op in ISIN_OVERLOADS if op in table}
+    assert report["fallbacks"] == {}
+    assert OVERRIDE not in stderr
+
+
+def test_waits_for_the_torch_npu_import(hooked_env, fake_torch_npu):
+    report, stderr = smoke(hooked_env, IMPORT_FAKE_TORCH_NPU, {"PYTHONPATH": str(fake_torch_npu)})
+    assert report["equal"] == [True] * 5
+    # The fake enables the simulator (which tells the hook itself), then the finder reports the
+    # finished torch_npu import, whose __version__ names the release.
+    assert report["status"]["events"][-1] == "torch_npu"
+    assert report["status"]["release"] == "2.1.0.post6"
+    assert report["status"]["waiting_for"] is None
+    assert not any(op.startswith("aten::isin") for op in report["fallbacks"])
+    assert CAUTION not in stderr
+
+
+def test_registering_twice_is_harmless(hooked_env):
+    code = (
+        ENABLE_SIM.format(table="2.1.0.post6")
+        + "\nimport json, torch\nfrom ascend_env import _boot, runtime\n"
+        "first = list(runtime.status()['registered'])\n"
+        "again = runtime.activate('ascend_env.sim')\n_boot.notify('ascend_env.sim')\n"
+        "x = torch.tensor([1, 2], device='npu')\n"
+        "print(json.dumps([first, again, runtime.status()['registered'], torch.isin(x, x).cpu().tolist()]))\n"
+    )
+    result = run(hooked_env, code)
+    assert result.returncode == 0, result.stderr
+    first, again, final, values = json.loads(result.stdout.splitlines()[-1])
+    assert first and again == [] and final == first
+    assert values == [True, True]
+    assert OVERRIDE not in result.stderr
+
+
+def test_spawned_children_get_the_hook_too(hooked_env):
+    code = (
+        "import json, multiprocessing as mp\n"
+        "def child(_):\n"
+        "    import torch\n"
+        "    from ascend_env import sim, runtime\n"
+        "    sim.enable(torch_npu='2.1.0.post6')\n"
+        "    x = torch.tensor([3, 4, 5], device='npu')\n"
+        "    hit = torch.isin(x, torch.tensor([4], device='npu')).cpu().tolist()\n"
+        "    return hit, dict(sim.fallbacks()), runtime.status()['registered']\n"
+        "if __name__ == '__main__':\n"
+        "    with mp.get_context('spawn').Pool(2) as pool:\n"
+        "        print(json.dumps(pool.map(child, range(2))))\n"
+    )
+    script = hooked_env.parent.parent / "spawn_check.py"
+    script.write_text(code)
+    result = subprocess.run(
+        [str(hooked_env), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k not in SILENCERS},
+    )
+    assert result.returncode == 0, result.stderr
+    for hit, fallbacks, registered in json.loads(result.stdout.splitlines()[-1]):
+        assert hit == [False, True, False]
+        assert not any(op.startswith("aten::isin") for op in fallbacks)
+        assert "isin.Tensor_Tensor" in registered
+    assert CAUTION not in result.stderr

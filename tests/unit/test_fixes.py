@@ -1,0 +1,32 @@
+"""The registry of fixes agrees with the torch_npu op tables, release by release."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_env import fixes, optables
+from ascend_env.oplists import ISIN_OVERLOADS
+
+
+@pytest.mark.parametrize("fix", fixes.FIXES, ids=lambda fix: fix.op)
+def test_releases_are_exactly_those_whose_table_lacks_the_op(fix):
+    for release in optables.releases():
+        lacks = fix.op not in optables.load(release)
+        assert fix.needed_by(release) is lacks, (fix.op, release)
+
+
+def test_every_isin_overload_has_a_fix():
+    assert {fix.op for fix in fixes.FIXES} == set(ISIN_OVERLOADS)
+
+
+def test_every_fix_says_why():
+    for fix in fixes.FIXES:
+        assert fix.reason and fix.qualified_name == f"aten::{fix.op}"
+
+
+def test_unknown_release():
+    fix = fixes.FIXES[0]
+    assert fix.needed_by(None) is None
+    assert fix.needed_by("not a version") is None
+    assert fix.needed_by("2.1.0.post6") is True
+    assert fix.needed_by("2.4.0") is False
