@@ -1,0 +1,261 @@
+"""The simulated NPU: memory, dispatch by op table, torch_npu's CPU fallback, and generation."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+from conftest import CASES, IN_PROCESS_TABLE, MODELS, TESTS_TORCH, generate, run_python, tiny_model
+
+from ascend_env import optables, sim
+from ascend_env.exceptions import UsageError
+
+ISIN_OUT = "aten::isin.Tensor_Tensor_out"
+WARNING = (
+    "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not "
+    "currently supported on the NPU backend and will fall back to run on the CPU. This may have performance "
+    "implications. (function npu_cpu_fallback)"
+)
+
+
+# ------------------------------------------------------------------ memory and dispatch, in process
+
+def test_tensors_on_npu_hold_their_values_through_views_and_copies(npu):
+    a = torch.arange(12, dtype=torch.float32, device=npu).reshape(3, 4)
+    assert a.device == torch.device("npu:0")
+    column = a[:, 1]
+    column.fill_(-1.0)  # written through a strided view
+    b = a.t().contiguous() * 2
+    a.resize_(2, 2)  # infrastructure kernel on the npu storage
+    expected = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    expected[:, 1] = -1.0
+    assert torch.equal(b.cpu(), expected.t() * 2)
+    assert torch.equal(a.cpu(), expected.reshape(-1)[:4].reshape(2, 2))
+    assert b.cpu().untyped_storage().device.type == "cpu"
+
+
+def test_out_argument_resized_by_a_pass_through_kernel(npu):
+    out = torch.empty(0, device=npu)
+    x = torch.tensor([1.0, 4.0, 9.0], device=npu)
+    result = torch.sqrt(x, out=out)
+    assert result is out
+    assert torch.equal(out.cpu(), torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_the_table_decides_what_falls_back(npu):
+    table = optables.load(IN_PROCESS_TABLE)
+    assert "gelu" in table and "gelu.out" not in table and "isin.Tensor_Tensor" not in table
+    x = torch.linspace(-2, 2, 7, device=npu)
+    sim.reset()
+    # A functional op the release registers runs natively, not via its (unregistered) .out form.
+    assert torch.allclose(torch.nn.functional.gelu(x).cpu(), torch.nn.functional.gelu(x.cpu()))
+    assert sim.fallbacks() == {}
+    # One it does not register decomposes (as on the device) and its .out form falls back.
+    found = torch.isin(torch.tensor([1, 2, 3], device=npu), torch.tensor([2], device=npu))
+    assert found.device.type == "npu" and found.cpu().tolist() == [False, True, False]
+    assert sim.fallbacks() == {ISIN_OUT: 1}
+    sim.reset()
+    assert sim.fallbacks() == {}
+
+
+def test_dispatcher_reports_the_kernels_of_the_table(npu):
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert has("aten::gelu", "PrivateUse1")
+    assert has("aten::empty.memory_format", "PrivateUse1")
+    assert not has("aten::isin.Tensor_Tensor_out", "PrivateUse1")
+    assert not has("aten::isin.Tensor_Tensor", "PrivateUse1")
+
+
+def test_enable_is_idempotent_and_refuses_another_table(npu):
+    sim.enable(IN_PROCESS_TABLE)
+    assert sim.enabled_table() == IN_PROCESS_TABLE
+    with pytest.raises(UsageError, match="cannot switch to 2.4.0"):
+        sim.enable("2.4.0")
+    assert sim.enabled_table() == IN_PROCESS_TABLE
+
+
+def test_device_module_answers_what_transformers_and_autocast_ask(npu):
+    assert torch.npu.is_available() and torch.npu.device_count() == 1 and torch.npu.current_device() == 0
+    assert torch.bfloat16 in torch.npu.get_amp_supported_dtype()
+    torch.npu.synchronize()
+    x = torch.ones(2, 2, device=npu)
+    with torch.autocast(device_type="npu", enabled=False):
+        assert (x @ x).dtype == torch.float32
+    assert x.is_npu and torch.nn.Linear(2, 2).npu().weight.device.type == "npu"
+
+
+# ------------------------------------------------------------------ generation, in process (2.1.0.post6)
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("kind", MODELS)
+def test_generation_on_npu_equals_cpu_and_isin_falls_back(npu, cpu_tokens, kind, case):
+    model = tiny_model(kind)
+    sim.reset()
+    tokens = generate(model, npu, case)
+    assert torch.equal(tokens, cpu_tokens[(kind, case)])
+    assert tokens.shape[1] > len(cpu_tokens[(kind, case)][0]) - 8  # new tokens were decoded
+    assert sim.fallbacks()[ISIN_OUT] >= 1
+
+
+def test_generation_cases_differ_from_each_other(cpu_tokens):
+    # Guards the comparison above against models that emit one token whatever the options.
+    for kind in MODELS:
+        distinct = {tuple(cpu_tokens[(kind, case)].flatten().tolist()) for case in CASES}
+        assert len(distinct) >= 3, kind
+
+
+# ------------------------------------------------------------------ fresh processes
+
+GENERATE_ALL = textwrap.dedent(
+    """
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    from conftest import CASES, MODELS, generate, tiny_model
+    from ascend_env import sim
+    sim.enable({table!r})
+    equal = True
+    for kind in MODELS:
+        model = tiny_model(kind)
+        for case in CASES:
+            equal &= torch.equal(generate(model, "npu", case), generate(model, "cpu", case))
+    print(json.dumps({{"equal": equal, "fallbacks": dict(sim.fallbacks())}}))
+    """
+)
+
+
+def test_fd2_carries_the_isin_warning_exactly_once_per_process():
+    result = run_python(GENERATE_ALL.format(tests=TESTS_TORCH, table="2.1.0.post6"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["equal"]
+    assert report["fallbacks"][ISIN_OUT] > len(MODELS) * len(CASES)  # every generate() hit it
+    assert result.stderr.splitlines().count(WARNING) == 1
+    assert result.stderr.count("CAUTION") == len(report["fallbacks"])  # one line per op
+
+
+def test_isin_does_not_fall_back_under_2_4_0():
+    result = run_python(GENERATE_ALL.format(tests=TESTS_TORCH, table="2.4.0"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["equal"]
+    assert not any(op.startswith("aten::isin") for op in report["fallbacks"])
+    assert "isin" not in result.stderr
+
+
+ISIN_TWICE = textwrap.dedent(
+    """
+    import torch
+    from ascend_env import sim
+    sim.enable({table!r})
+    x = torch.tensor([1, 2, 3], device="npu")
+    for _ in range(2):
+        torch.isin(x, x)
+    print(dict(sim.fallbacks()))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"RANK": "1"}, {"TORCH_NPU_DISABLED_WARNING": "1"}, {"TORCH_NPU_WARNING_DISABLE": "1"},
+     {"TORCH_CPP_LOG_LEVEL": "ERROR"}],
+    ids=lambda env: next(iter(env)),
+)
+def test_silencers_hide_the_warning_but_not_the_count(env):
+    result = run_python(ISIN_TWICE.format(table="2.1.0.post6"), env)
+    assert result.returncode == 0, result.stderr
+    assert "CAUTION" not in result.stderr
+    assert result.stdout.strip() == str({ISIN_OUT: 2})
+
+
+def test_rank_zero_still_warns():
+    result = run_python(ISIN_TWICE.format(table="2.1.0.post6"), {"RANK": "0"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines().count(WARNING) == 1
+
+
+LCM_TWICE = textwrap.dedent(
+    """
+    import torch
+    from ascend_env import sim
+    sim.enable({table!r})
+    x = torch.tensor([4, 6], device="npu")
+    for _ in range(2):
+        torch.lcm(x, x)
+    print(dict(sim.fallbacks()))
+    """
+)
+
+
+@pytest.mark.parametrize(("table", "honoured"), [("2.7.1.post11", True), ("2.7.1.post10", False)])
+def test_fallback_cpu_disable_only_where_the_release_has_it(table, honoured):
+    assert optables.has_fallback_disable(table) is honoured
+    assert not {"lcm", "lcm.out"} & optables.load(table)
+    result = run_python(LCM_TWICE.format(table=table), {"TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
+    if honoured:
+        assert result.returncode != 0
+        assert "RuntimeError" in result.stderr and "TORCH_NPU_FALLBACK_CPU_DISABLE" in result.stderr
+        assert "aten::lcm.out" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == str({"aten::lcm.out": 2})
+
+
+# ------------------------------------------------------------------ the build cache
+
+def test_concurrent_builders_compile_once(tmp_path, monkeypatch):
+    import threading
+
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path))
+    compiles = []
+
+    def fake_command(output):
+        compiles.append(output)
+        return ["sh", "-c", f"sleep 0.3; printf built > '{output}'"]
+
+    monkeypatch.setattr(build, "compile_command", fake_command)
+    results, errors = [], []
+
+    def builder():
+        try:
+            results.append(build.ensure_built())
+        except Exception as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=builder) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(compiles) == 1
+    assert len(set(results)) == 1 and results[0].read_text() == "built"
+    assert [p.name for p in results[0].parent.iterdir() if p.name.endswith(".tmp")] == []
+    assert build.ensure_built() == results[0] and len(compiles) == 1  # a later caller reuses it
+
+
+def test_failed_build_leaves_nothing_that_looks_finished(tmp_path, monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        build, "compile_command", lambda output: ["sh", "-c", f"printf half > '{output}'; exit 3"]
+    )
+    with pytest.raises(EnvironmentProblem, match="building the simulated NPU backend failed"):
+        build.ensure_built()
+    assert not (build.build_dir() / build.LIBRARY_NAME).exists()
+    assert (build.build_dir() / "build.log").exists()
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("CXX", "no-such-compiler-anywhere")
+    with pytest.raises(EnvironmentProblem, match="needs a C\\+\\+ compiler") as info:
+        build.compiler()
+    assert "apt-get install g++" in info.value.fix
