@@ -12,7 +12,8 @@ This module imports torch; only the hook's :func:`ascend_env._boot.notify` and t
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional, TextIO
 
 from ascend_env import _boot
 
@@ -28,6 +29,8 @@ class _Record:
         self.registered: List[str] = []
         self.native: List[str] = []
         self.errors: List[str] = []
+        self.drift: List[str] = []
+        self.warned = False
 
 
 RECORD = _Record()
@@ -50,8 +53,37 @@ def has_kernel(op: str) -> bool:
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", DISPATCH_KEY))
 
 
+def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
+    """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file."""
+    from ascend_env.state import STATE_FILE, state_dir
+
+    found = []
+    for entry in sys.path if paths is None else paths:
+        if entry and (state_dir(Path(entry)) / STATE_FILE).is_file():
+            found.append(Path(entry))
+    return found
+
+
+def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:
+    """Print one line to ``stream`` when installed patches no longer hold (once per process)."""
+    from ascend_env.state import drift
+
+    lines = [f"{site}: {line}" for site in installed_sites(paths) for line in drift(site)]
+    RECORD.drift = lines
+    if lines and not RECORD.warned:
+        RECORD.warned = True
+        stream.write(
+            f"ascend-env: {len(lines)} patched file(s) changed since install ({lines[0]}); "
+            "generation may fall back to the CPU again. Run: python -m ascend_env install\n"
+        )
+    return lines
+
+
 def activate(source: str) -> List[str]:
-    """Register every fix whose op lacks an NPU kernel; return the ops registered now."""
+    """Register every fix whose op lacks an NPU kernel; return the ops registered now.
+
+    Also warns, in one line on stderr, when the installed patches drifted.
+    """
     import torch
 
     from ascend_env import fixes, ops
@@ -71,6 +103,10 @@ def activate(source: str) -> List[str]:
             registered.append(fix.op)
         except Exception as exc:  # one failed op must not stop the others
             RECORD.errors.append(f"{fix.op}: {type(exc).__name__}: {exc}")
+    try:
+        warn_on_drift(sys.stderr)
+    except Exception as exc:
+        RECORD.errors.append(f"drift check: {type(exc).__name__}: {exc}")
     return registered
 
 
@@ -84,5 +120,6 @@ def status() -> Dict[str, Any]:
         "release": RECORD.release,
         "registered": list(RECORD.registered),
         "native": list(RECORD.native),
+        "drift": list(RECORD.drift),
         "errors": list(_boot.STATE.errors) + list(RECORD.errors),
     }
