@@ -23,8 +23,7 @@ PTH_TEXT = (
     'if b is not None:\\n b.main()")\n'
 )
 START_TEXT = (
-    "# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\n"
-    "ascend_env._boot:main\n"
+    "# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\nascend_env._boot:main\n"
 )
 
 
@@ -44,3 +43,42 @@ def is_current(site_packages: Path) -> bool:
         return all((site_packages / name).read_bytes() == data for name, data in files().items())
     except OSError:
         return False
+
+
+# Run in a fresh interpreter by :func:`probe`: did the hook start, and what did it register once
+# torch_npu (when installed) was imported?
+_PROBE = """
+import importlib.util, json, sys
+boot = sys.modules.get("ascend_env._boot")
+report = {"ran": bool(boot and boot.STATE.started), "disabled": bool(boot and boot.STATE.disabled)}
+if report["ran"] and not report["disabled"]:
+    if importlib.util.find_spec("torch_npu") is None:
+        report["backend"] = None
+    else:
+        report["backend"] = "torch_npu"
+        try:
+            import torch_npu  # noqa: F401
+        except Exception as exc:
+            report["backend_error"] = f"{type(exc).__name__}: {exc}"
+    from ascend_env import runtime
+    status = runtime.status()
+    report.update(registered=status["registered"], native=status["native"], errors=status["errors"])
+print(json.dumps(report))
+"""
+
+
+def probe(python: str, timeout: float = 300) -> Dict[str, object]:
+    """Start ``python`` afresh and report whether the hook ran there, and what it registered."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"ran": False, "error": f"could not run {python}: {exc}"}
+    if done.returncode != 0 or not done.stdout.strip():
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"ran": False, "error": f"{python} exited {done.returncode}: {tail}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -3,10 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import List, Tuple
 
+from ascend_env import hook
 from ascend_env import install as engine
 from ascend_env.output import write_json, write_text
+
+
+def describe_hook(hook_status: dict) -> List[str]:
+    """The plain-text lines of :func:`hook_report`."""
+    if not hook_status["installed"]:
+        return ["  startup hook: not installed"]
+    lines = [f"  startup hook: installed ({', '.join(hook_status['installed'])})"]
+    if not hook_status["current"]:
+        lines.append("  startup hook: its files differ from this ascend-env's; run: ascend-env install")
+    found = hook_status.get("probe", {})
+    if found.get("error"):
+        lines.append(f"  startup hook: not checked in a fresh process: {found['error']}")
+    elif found.get("disabled"):
+        lines.append("  startup hook: turned off by ASCEND_ENV_DISABLE in this environment")
+    elif found.get("ran"):
+        if found.get("backend") is None:
+            lines.append("  startup hook: ran in a fresh process; waits for torch_npu (not installed)")
+        else:
+            registered = ", ".join(found.get("registered", [])) or "nothing (torch_npu has them all)"
+            lines.append(f"  startup hook: ran in a fresh process; registered {registered}")
+        errors = found.get("errors", []) + ([found["backend_error"]] if found.get("backend_error") else [])
+        lines.extend(f"  startup hook error: {error}" for error in errors)
+    else:
+        lines.append("  startup hook: did not run in a fresh process")
+    return lines
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +48,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def hook_report(site_packages: Path) -> Tuple[dict, int]:
+    """The startup hook's part of the status: installed, ran in a fresh process, registered."""
+    report: dict = {"installed": hook.installed(site_packages), "current": hook.is_current(site_packages)}
+    if not report["installed"]:
+        return report, 0
+    if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:
+        report["probe"] = {"ran": None, "error": f"{site_packages} is not on this Python's path"}
+        return report, 0
+    report["probe"] = hook.probe(sys.executable)
+    failed = report["probe"].get("ran") is not True or report["probe"].get("errors")
+    if report["probe"].get("disabled"):
+        failed = False
+    return report, 1 if failed or not report["current"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     site_packages = engine.resolve_site_packages(args.target)
     report, code = engine.status(
@@ -27,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
+    report["hook"], hook_code = hook_report(site_packages)
+    code = max(code, hook_code)
     if args.json:
         write_json({"ok": code == 0, **report})
         return code
@@ -37,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"  {item['status']}: {item['path']} ({item['patch']})")
     for line in report.get("drift", []):
         lines.append(f"  drift: {line}")
+    lines.extend(describe_hook(report["hook"]))
     if report.get("run"):
         lines.append(f"  run: {report['run']}")
     write_text("\n".join(lines))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -113,3 +115,56 @@ def test_hook_only_with_a_patches_mode_is_a_usage_error(site, patches):
     assert result.returncode == 2
     assert "--hook-only" in result.stderr
     assert hook.installed(site) == []
+
+
+def hooked_venv(tmp_path: Path, patches: Path) -> Path:
+    """A venv with the fake transformers and the hook installed; ascend_env importable. Its python."""
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    site = next(env.glob("lib/python*/site-packages"))
+    make_site_in(site)
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (site / "_paths.pth").write_text("\n".join(paths) + "\n")
+    result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert result.returncode == 0, result.stderr
+    return env / "bin" / "python"
+
+
+def status_in(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    environ = {k: v for k, v in os.environ.items() if k != "ASCEND_ENV_DISABLE"}
+    environ.update(env)
+    return subprocess.run(
+        [str(python), "-m", "ascend_env", "status", "--target", str(site), *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )
+
+
+def test_status_shows_the_hook_ran_in_a_fresh_process(tmp_path: Path, patches):
+    python = hooked_venv(tmp_path, patches)
+    result = status_in(python, "--json", "--patches-dir", str(patches))
+    report = json.loads(result.stdout)
+    assert report["hook"]["installed"] == sorted(hook.files())
+    assert report["hook"]["current"] is True
+    assert report["hook"]["probe"]["ran"] is True
+    assert report["hook"]["probe"]["backend"] is None  # no torch_npu here: the hook waits for it
+    text = status_in(python, "--patches-dir", str(patches)).stdout
+    assert "startup hook: ran in a fresh process; waits for torch_npu" in text
+
+
+def test_status_says_when_the_kill_switch_is_set(tmp_path: Path, patches):
+    python = hooked_venv(tmp_path, patches)
+    text = status_in(python, "--patches-dir", str(patches), ASCEND_ENV_DISABLE="1").stdout
+    assert "turned off by ASCEND_ENV_DISABLE" in text
+
+
+def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / hook.START_FILE).write_text("# edited\n")
+    result = status_in(python, "--patches-dir", str(patches))
+    assert result.returncode == 1
+    assert "differ" in result.stdout
