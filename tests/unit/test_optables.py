@@ -1,0 +1,88 @@
+"""The shipped torch_npu op tables and their generator's encoding (no torch needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.version import Version
+
+from ascend_env import oplists, optables
+from ascend_env.exceptions import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("gen_optables", ROOT / "tools" / "gen_optables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_releases_span_the_promised_range_in_version_order():
+    releases = optables.releases()
+    assert releases == sorted(releases, key=Version)
+    assert releases[0] == "2.1.0.post3" and optables.newest() == releases[-1] == "2.14.0"
+    assert not any(Version(v).is_prerelease for v in releases)
+    assert len(releases) == len(set(releases))
+
+
+@pytest.mark.parametrize("version", ["2.1.0.post6", "2.2.0", "2.3.1"])
+def test_isin_is_missing_in_old_releases(version):
+    assert not {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} & optables.load(version)
+
+
+def test_isin_is_present_from_the_fixed_releases_on():
+    fixed = ["2.1.0.post8", "2.3.1.post2", "2.4.0"]
+    later = [v for v in optables.releases() if Version(v) > Version("2.4.0")]
+    assert len(later) > 30
+    for version in fixed + later:
+        assert {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} <= optables.load(version), version
+
+
+def test_tables_hold_valid_op_names_and_the_basics():
+    for version in optables.releases():
+        ops = optables.load(version)
+        assert len(ops) > 900
+        assert all(oplists.entry_name(op) == op for op in ops)
+        assert {"add.Tensor", "copy_", "empty.memory_format", "_local_scalar_dense"} <= ops, version
+
+
+def test_fallback_disable_releases():
+    assert optables.has_fallback_disable("2.7.1.post11")
+    assert optables.has_fallback_disable("2.10.0.post7")
+    assert not optables.has_fallback_disable("2.7.1.post10")
+    assert not optables.has_fallback_disable("2.1.0.post6")
+
+
+def test_versions_are_compared_as_versions():
+    assert optables.load("2.1.0-post6") == optables.load("2.1.0.post6")
+    assert optables.canonical("2.4") == "2.4.0"
+
+
+@pytest.mark.parametrize("version", ["2.3.0", "9.9.9", "not-a-version"])
+def test_unknown_release_names_the_nearest_known_ones(version):
+    with pytest.raises(UsageError) as info:
+        optables.load(version)
+    message = str(info.value)
+    assert repr(version) in message
+    nearest = optables.nearest(version)
+    assert len(nearest) == 3 and all(v in message for v in nearest)
+    if version == "2.3.0":
+        assert "2.2.0.post2" in nearest and "2.3.1" in nearest
+
+
+names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
+
+
+@given(st.dictionaries(st.from_regex(r"2\.[1-9]\.[0-9](\.post[0-9]{1,2})?", fullmatch=True),
+                       st.frozensets(names, max_size=12), min_size=1, max_size=6))
+def test_generator_encoding_round_trips(tables):
+    gen = load_generator()
+    full = {v: {"ops": sorted(ops), "wheel": f"w-{v}.whl", "fallback_disable": len(ops) % 2 == 0}
+            for v, ops in tables.items()}
+    assert gen.decode(gen.encode(full)) == full
