@@ -1,0 +1,526 @@
+"""``isin`` built only from ops that every torch_npu release runs natively.
+
+``isin`` takes the same call as :func:`torch.isin`; :data:`ATEN_KERNELS` holds one function per
+``aten::isin`` overload, with the calling convention of ``torch.library.Library.impl``, so that the
+startup hook and the simulated NPU can register them for ``PrivateUse1``. None of them calls
+``isin`` (a kernel registered for ``isin`` would call itself), reads a tensor's values on the host
+(no ``.item()``, ``.tolist()``, ``nonzero()``), or branches on them: the strategy is chosen from
+shapes, dtypes and devices only. :data:`NATIVE_OPS` lists every aten op the kernels dispatch.
+
+Strategies, picked by size as ``torch.isin`` does:
+
+* one test element: a single ``eq`` (``ne`` for ``invert``);
+* few test elements: a broadcast ``eq`` + ``any`` (``ne`` + ``all``), in chunks of the elements so
+  that the ``N x T`` intermediate never exceeds :data:`CHUNK_BYTES`;
+* 8-bit integers (and 16-bit ones when the inputs are large): a dense lookup table over the whole
+  value range of the dtype, built with ``scatter_`` and read with ``index_select``;
+* otherwise: sort the test elements once, then per chunk of the elements ``searchsorted``
+  (int32 positions), ``index_select`` and ``eq``: ``O((N + T) log T)`` with no ``unique``.
+
+Results equal ``torch.isin`` bit for bit, type promotion included: like native, the comparison runs
+in ``torch.result_type(elements, test_elements)`` (0-dim tensors and Python scalars rank low) when
+``test_elements.numel() < 10 * elements.numel() ** 0.145``, and in
+``torch.promote_types(elements.dtype, test_elements.dtype)`` otherwise (native flattens both
+operands on that path). In these cases native ``torch.isin`` is wrong or fails, and the answer here
+is the mathematically correct one, membership after that promotion:
+
+* distinct elements that collide after a lossy promotion (``int32`` -> ``float32``): native's
+  sorting path marks all but the last of them found, e.g.
+  ``isin(tensor([2**24, 2**24 + 1], dtype=int32), arange(20.))`` gives ``[True, False]``;
+  here ``[False, False]``;
+* ``assume_unique=True`` with duplicated elements (undefined natively, where the same false
+  positives occur): ``assume_unique`` is accepted and ignored, since no strategy needs it;
+* a non-contiguous multi-dimensional ``test_elements`` that the brute-force path cannot ``view``
+  (native raises);
+* ``uint16``/``uint32``/``uint64``, which native's brute-force path does not implement (native
+  raises): they are compared by broadcast ``eq`` at every size.
+
+As natively, ``bool`` and complex inputs raise ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Dict, FrozenSet, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+__all__ = ["ATEN_KERNELS", "CHUNK_BYTES", "NATIVE_OPS", "STRATEGIES", "choose_strategy", "isin"]
+
+Scalar = Union[bool, int, float, complex]
+
+#: Most bytes of the per-chunk intermediates (the broadcast ``N x T`` booleans, the int32
+#: positions and the gathered values); inputs larger than this are processed in chunks.
+CHUNK_BYTES = 1 << 22
+
+#: Every aten op (``name.overload``, ``name`` for the default overload) that the kernels in
+#: :data:`ATEN_KERNELS` dispatch, for every strategy. Each one is in the ``supported:`` op lists
+#: of every torch_npu release from 2.1 on.
+NATIVE_OPS: FrozenSet[str] = frozenset(
+    {
+        "all.dim",
+        "where.self",
+        "clamp_min_",
+        "add_.Tensor",
+        "neg_",
+        "sum",
+        "isnan",
+        "all.out",
+        "any.dim",
+        "any.out",
+        "as_strided",
+        "clamp_max_",
+        "clone",
+        "copy_",
+        "empty.memory_format",
+        "eq.Tensor",
+        "eq.Tensor_out",
+        "fill_.Scalar",
+        "full",
+        "index_select",
+        "index_select.out",
+        "ne.Tensor",
+        "ne.Tensor_out",
+        "eq.Scalar",
+        "eq.Scalar_out",
+        "ne.Scalar",
+        "ne.Scalar_out",
+        "resize_",
+        "scatter_.src",
+        "scatter_.value",
+        "searchsorted.Tensor",
+        "sort",
+        "sub_.Tensor",
+        "unsqueeze",
+        "view",
+    }
+)
+
+_UNSUPPORTED = {
+    torch.bool: "Bool",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+# Native's brute-force kernel has no loop for these; every other dtype goes through any strategy.
+_BRUTE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64})
+_PROMOTABLE = (
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
+# torch.promote_types dispatches an op; look the answers up instead (computed once, from torch).
+_PROMOTE: Dict[Tuple[torch.dtype, torch.dtype], torch.dtype] = {
+    (a, b): torch.promote_types(a, b) for a in _PROMOTABLE for b in _PROMOTABLE
+}
+# dtype -> (lowest value, table size) for the dense lookup table.
+_TABLES: Dict[torch.dtype, Tuple[int, int]] = {
+    torch.uint8: (0, 1 << 8),
+    torch.int8: (-(1 << 7), 1 << 8),
+    torch.int16: (-(1 << 15), 1 << 16),
+}
+# The fast path of isin_tensor_tensor: same dtype (so no promotion rule applies), fewer than
+# _SMALL_T test elements (native's brute-force path for any elements), at most _SMALL_N elements.
+_SMALL_DTYPES = frozenset(_PROMOTABLE)
+_SMALL_T = 10
+_SMALL_N = CHUNK_BYTES // _SMALL_T
+# Below this many elements plus test elements a 16-bit table costs more than sort and search.
+_TABLE16_MIN = 1 << 14
+# From this many test elements on, integer elements are sorted before the search.
+_SORT_BOTH_MIN_T = 1 << 12
+
+
+def isin(
+    elements: Union[Tensor, Scalar],
+    test_elements: Union[Tensor, Scalar],
+    *,
+    assume_unique: bool = False,
+    invert: bool = False,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    """Whether each of ``elements`` is in ``test_elements``, like :func:`torch.isin`.
+
+    Either argument may be a Python scalar, not both. See the module docstring for the strategies
+    and for the cases where native ``torch.isin`` is wrong.
+    """
+    if isinstance(elements, Tensor):
+        if isinstance(test_elements, Tensor):
+            if out is None:
+                return isin_tensor_tensor(elements, test_elements, invert=invert)
+            return isin_tensor_tensor_out(
+                elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
+            )
+        if out is None:
+            return isin_tensor_scalar(elements, test_elements, assume_unique=assume_unique, invert=invert)
+        return isin_tensor_scalar_out(
+            elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
+        )
+    if isinstance(test_elements, Tensor):
+        if out is None:
+            return isin_scalar_tensor(elements, test_elements, assume_unique=assume_unique, invert=invert)
+        return isin_scalar_tensor_out(
+            elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
+        )
+    raise TypeError(
+        "isin() needs at least one tensor argument, got "
+        f"{type(elements).__name__} and {type(test_elements).__name__}"
+    )
+
+
+# -- the aten overloads ---------------------------------------------------------------------------
+
+
+def isin_tensor_tensor(
+    elements: Tensor, test_elements: Tensor, *, assume_unique: bool = False, invert: bool = False
+) -> Tensor:
+    """``aten::isin.Tensor_Tensor``."""
+    dtype = elements.dtype
+    if dtype is test_elements.dtype and dtype in _SMALL_DTYPES and elements.is_contiguous():
+        # Few test elements (end-of-sequence ids): two or three ops, no allocation, no flattening.
+        t = test_elements.numel()
+        if 0 < t < _SMALL_T and test_elements.dim() == 1 and 0 < elements.numel() <= _SMALL_N:
+            if t == 1 and elements.dim():
+                return torch.ne(elements, test_elements) if invert else torch.eq(elements, test_elements)
+            if invert:
+                return torch.all(torch.ne(elements.unsqueeze(-1), test_elements), -1)
+            return torch.any(torch.eq(elements.unsqueeze(-1), test_elements), -1)
+    if dtype in _UNSUPPORTED or test_elements.dtype in _UNSUPPORTED:
+        _check_dtype(dtype)
+        _check_dtype(test_elements.dtype)
+    if test_elements.dtype != dtype:
+        dtype = _common_dtype(elements, test_elements)
+    return _membership(elements, test_elements, dtype, invert, None)
+
+
+def isin_tensor_tensor_out(
+    elements: Tensor,
+    test_elements: Tensor,
+    *,
+    assume_unique: bool = False,
+    invert: bool = False,
+    out: Tensor,
+) -> Tensor:
+    """``aten::isin.Tensor_Tensor_out``: resizes ``out`` to ``elements.shape`` and fills it."""
+    _check_dtype(elements.dtype)
+    _check_dtype(test_elements.dtype)
+    _prepare_out(out, elements.shape, elements.device)
+    dtype = _common_dtype(elements, test_elements)
+    return _write_out(out, lambda dst: _membership(elements, test_elements, dtype, invert, dst))
+
+
+def isin_tensor_scalar(
+    elements: Tensor, test_element: Scalar, *, assume_unique: bool = False, invert: bool = False
+) -> Tensor:
+    """``aten::isin.Tensor_Scalar``: ``ne`` or ``eq`` against the scalar, as natively."""
+    _check_dtype(elements.dtype)
+    _check_dtype(_scalar_dtype(test_element))
+    return torch.ne(elements, test_element) if invert else torch.eq(elements, test_element)
+
+
+def isin_tensor_scalar_out(
+    elements: Tensor,
+    test_element: Scalar,
+    *,
+    assume_unique: bool = False,
+    invert: bool = False,
+    out: Tensor,
+) -> Tensor:
+    """``aten::isin.Tensor_Scalar_out``."""
+    _check_dtype(elements.dtype)
+    _check_dtype(_scalar_dtype(test_element))
+    _prepare_out(out, elements.shape, elements.device)
+    compare = torch.ne if invert else torch.eq
+    return _write_out(out, lambda dst: compare(elements, test_element, out=dst.view(elements.shape)))
+
+
+def isin_scalar_tensor(
+    element: Scalar, test_elements: Tensor, *, assume_unique: bool = False, invert: bool = False
+) -> Tensor:
+    """``aten::isin.Scalar_Tensor``: a 0-dim result on ``test_elements.device``."""
+    _check_dtype(_scalar_dtype(element))
+    _check_dtype(test_elements.dtype)
+    return _membership(*_scalar_operand(element, test_elements), invert, None)
+
+
+def isin_scalar_tensor_out(
+    element: Scalar,
+    test_elements: Tensor,
+    *,
+    assume_unique: bool = False,
+    invert: bool = False,
+    out: Tensor,
+) -> Tensor:
+    """``aten::isin.Scalar_Tensor_out``: resizes ``out`` to 0-dim and fills it."""
+    _check_dtype(_scalar_dtype(element))
+    _check_dtype(test_elements.dtype)
+    # Native sizes the output [0] first, then redispatches with a 0-dim element: same warnings.
+    _prepare_out(out, (0,), test_elements.device)
+    _prepare_out(out, (), test_elements.device)
+    operands = _scalar_operand(element, test_elements)
+    return _write_out(out, lambda dst: _membership(*operands, invert, dst))
+
+
+#: One function per ``aten::isin`` overload, keyed ``"isin.<overload>"``, callable as the
+#: dispatcher calls a kernel registered with ``torch.library.Library("aten", "IMPL").impl``.
+ATEN_KERNELS: Dict[str, Callable[..., Tensor]] = {
+    "isin.Tensor_Tensor": isin_tensor_tensor,
+    "isin.Tensor_Tensor_out": isin_tensor_tensor_out,
+    "isin.Tensor_Scalar": isin_tensor_scalar,
+    "isin.Tensor_Scalar_out": isin_tensor_scalar_out,
+    "isin.Scalar_Tensor": isin_scalar_tensor,
+    "isin.Scalar_Tensor_out": isin_scalar_tensor_out,
+}
+
+
+# -- dtypes -------------------------------------------------------------------------------------
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    name = _UNSUPPORTED.get(dtype)
+    if name is not None:
+        raise RuntimeError(f"Unsupported input type encountered for isin(): {name}")
+
+
+def _scalar_dtype(value: Scalar) -> torch.dtype:
+    """The dtype of the tensor that ATen wraps a Python scalar in."""
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex128
+    return torch.float64
+
+
+def _uses_brute_force(n: int, t: int) -> bool:
+    """Native's choice of path (numpy's heuristic), which decides its type promotion."""
+    return t < int(10.0 * math.pow(n, 0.145))
+
+
+def _promote(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    if a == b:
+        return a
+    found = _PROMOTE.get((a, b))
+    return found if found is not None else torch.promote_types(a, b)
+
+
+def _common_dtype(elements: Union[Tensor, Scalar], test_elements: Tensor) -> torch.dtype:
+    """The dtype in which native ``isin`` compares: see the module docstring."""
+    if isinstance(elements, Tensor):
+        n, dtype = elements.numel(), elements.dtype
+    else:
+        n, dtype = 1, _scalar_dtype(elements)
+    if n == 0 or _uses_brute_force(n, test_elements.numel()):
+        return torch.result_type(elements, test_elements)
+    return _promote(dtype, test_elements.dtype)
+
+
+def _scalar_operand(element: Scalar, test_elements: Tensor) -> Tuple[Tensor, Tensor, torch.dtype]:
+    """The scalar as a 0-dim tensor on the test elements' device, and the comparison dtype."""
+    tensor = torch.full((), element, dtype=_scalar_dtype(element), device=test_elements.device)
+    return tensor, test_elements, _common_dtype(element, test_elements)
+
+
+# -- out= -----------------------------------------------------------------------------------------
+
+
+def _prepare_out(out: Tensor, shape: Tuple[int, ...], device: torch.device) -> None:
+    """Check and resize ``out`` as ATen's structured ``out=`` kernels do."""
+    if out.dtype != torch.bool:
+        raise RuntimeError(f"Expected out tensor to have dtype bool, but got {out.dtype} instead")
+    if out.device != device:
+        raise RuntimeError(f"Expected out tensor to have device {device}, but got {out.device} instead")
+    if tuple(out.shape) != tuple(shape):
+        if out.numel() != 0:
+            warnings.warn(
+                "An output with one or more elements was resized since it had shape "
+                f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+                "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+                "resized unless they have zero elements. You can explicitly reuse an out tensor t by "
+                "resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning,
+                stacklevel=3,
+            )
+        out.resize_(shape)
+
+
+def _write_out(out: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
+    """Compute straight into ``out`` when it is contiguous, else through a temporary."""
+    if out.is_contiguous():
+        compute(out.view(-1))
+    else:
+        out.copy_(compute(torch.empty(out.shape, dtype=torch.bool, device=out.device).view(-1)))
+    return out
+
+
+# -- strategies -----------------------------------------------------------------------------------
+
+
+def _membership(
+    elements: Tensor,
+    test: Tensor,
+    dtype: torch.dtype,
+    invert: bool,
+    dst: Optional[Tensor],
+    strategy: Optional[str] = None,
+) -> Tensor:
+    """``elements`` (cast to ``dtype``) in ``test`` (cast to ``dtype``), shaped like ``elements``.
+
+    ``dst``, when given, is a contiguous 1-d bool tensor of ``elements.numel()`` that receives the
+    result. ``strategy`` (a key of :data:`STRATEGIES`) overrides the choice by size.
+    """
+    n, t = elements.numel(), test.numel()
+    if n == 0:
+        return torch.empty(elements.shape, dtype=torch.bool, device=elements.device)
+    if t == 0:
+        if dst is None:
+            return torch.full(elements.shape, invert, dtype=torch.bool, device=elements.device)
+        return dst.fill_(invert).view(elements.shape)
+    if elements.dtype != dtype:
+        elements = _cast(elements, dtype)
+    if test.dtype != dtype:
+        test = _cast(test, dtype)
+    if strategy is None:
+        strategy = choose_strategy(n, t, dtype)
+    if strategy == "brute" and dst is None and n * t <= CHUNK_BYTES and elements.is_contiguous():
+        # Small inputs: no allocation, no flattening of the elements.
+        if test.dim() != 1:
+            test = _flat(test)
+        if t == 1:
+            test = test.view(())
+            return torch.ne(elements, test) if invert else torch.eq(elements, test)
+        if invert:
+            return torch.all(torch.ne(elements.unsqueeze(-1), test), -1)
+        return torch.any(torch.eq(elements.unsqueeze(-1), test), -1)
+    if dst is None:
+        dst = torch.empty(n, dtype=torch.bool, device=elements.device)
+    STRATEGIES[strategy](_flat(elements), _flat(test), invert, dst)
+    return dst.view(elements.shape)
+
+
+def choose_strategy(n: int, t: int, dtype: torch.dtype) -> str:
+    """The strategy for ``n`` elements and ``t`` test elements of ``dtype`` (both non-zero)."""
+    if t == 1 or dtype in _BRUTE_ONLY or _uses_brute_force(n, t):
+        return "brute"
+    if dtype in _TABLES and (dtype.itemsize == 1 or n + t >= _TABLE16_MIN):
+        return "table"
+    if t >= _SORT_BOTH_MIN_T and not dtype.is_floating_point:
+        return "sort-both"
+    return "search"
+
+
+def _brute_force(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
+    """Broadcast ``eq`` + ``any`` (``ne`` + ``all``), chunked along the elements."""
+    compare, reduce = (torch.ne, torch.all) if invert else (torch.eq, torch.any)
+    n, t = elements.numel(), test.numel()
+    if t == 1:
+        compare(elements, test.view(()), out=dst)
+        return
+    step = max(1, CHUNK_BYTES // t)
+    for start in range(0, n, step):
+        part = _part(elements, start, min(step, n - start))
+        reduce(compare(part.unsqueeze(-1), test), -1, out=_part(dst, start, part.numel()))
+
+
+def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
+    """Sort the test elements once, then find each element with ``searchsorted``."""
+    compare = torch.ne if invert else torch.eq
+    ordered = _sorted(test)
+    last = test.numel() - 1
+    n = elements.numel()
+    step = max(1, CHUNK_BYTES // (4 + elements.element_size()))
+    for start in range(0, n, step):
+        part = _part(elements, start, min(step, n - start))
+        position = torch.searchsorted(ordered, part, out_int32=True).clamp_max_(last)
+        compare(ordered.index_select(0, position), part, out=_part(dst, start, part.numel()))
+
+
+def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
+    """Like :func:`_search`, with each chunk of elements sorted first.
+
+    Searching sorted values keeps ``searchsorted`` on a predictable path through the test
+    elements; with many test elements that saves more than sorting (a radix sort for integers)
+    and scattering the answers back costs.
+    """
+    compare = torch.ne if invert else torch.eq
+    ordered = _sorted(test)
+    last = test.numel() - 1
+    n = elements.numel()
+    step = max(1, CHUNK_BYTES // (13 + 2 * elements.element_size()))
+    for start in range(0, n, step):
+        part = _part(elements, start, min(step, n - start))
+        values, order = torch.sort(part)
+        position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(last)
+        _part(dst, start, part.numel()).scatter_(0, order, compare(ordered.index_select(0, position), values))
+
+
+def _lookup_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
+    """A bool table over the dtype's whole value range (8 and 16-bit integers), indexed by value."""
+    low, size = _TABLES[elements.dtype]
+    slots = _cast(test, torch.int64)
+    if low:
+        slots.sub_(low)
+    table = torch.full((size,), invert, dtype=torch.bool, device=elements.device)
+    table.scatter_(0, slots, not invert)
+    n = elements.numel()
+    step = max(1, CHUNK_BYTES // 4)
+    for start in range(0, n, step):
+        part = _part(elements, start, min(step, n - start))
+        index = _cast(part, torch.int32)
+        if low:
+            index.sub_(low)
+        torch.index_select(table, 0, index, out=_part(dst, start, part.numel()))
+
+
+def _sorted(test: Tensor) -> Tensor:
+    """The test elements in ascending order, NaNs replaced by the largest other value.
+
+    ``searchsorted`` takes a NaN (sorted last) for smaller than any value and so loses its way;
+    repeating the largest value instead keeps the order and adds nothing. When every test element
+    is NaN they stay NaN: searches then go astray, but no element can match anyway.
+    """
+    ordered = torch.sort(test)[0]
+    if ordered.is_floating_point():
+        missing = torch.isnan(ordered)
+        last_real = missing.sum().neg_().add_(ordered.numel() - 1).clamp_min_(0)
+        ordered = torch.where(missing, ordered.index_select(0, last_real.view(1)), ordered)
+    return ordered
+
+
+#: The strategies by name: each fills ``dst`` from contiguous 1-d elements and test elements of
+#: one dtype (``"table"`` only for the dtypes in ``_TABLES``).
+STRATEGIES: Dict[str, Callable[[Tensor, Tensor, bool, Tensor], None]] = {
+    "brute": _brute_force,
+    "table": _lookup_table,
+    "search": _search,
+    "sort-both": _sort_both,
+}
+
+
+# -- layout helpers -------------------------------------------------------------------------------
+
+
+def _cast(tensor: Tensor, dtype: torch.dtype) -> Tensor:
+    """A contiguous copy in ``dtype`` (``empty`` + ``copy_``: ``_to_copy`` is not native everywhere)."""
+    return torch.empty(tensor.shape, dtype=dtype, device=tensor.device).copy_(tensor)
+
+
+def _flat(tensor: Tensor) -> Tensor:
+    """A contiguous 1-d view of ``tensor``, copying only when it is not contiguous."""
+    if not tensor.is_contiguous():
+        tensor = tensor.clone(memory_format=torch.contiguous_format)
+    return tensor.view(-1)
+
+
+def _part(flat: Tensor, start: int, length: int) -> Tensor:
+    """``flat[start:start + length]`` of a contiguous 1-d tensor (``slice`` is not native everywhere)."""
+    if start == 0 and length == flat.numel():
+        return flat
+    return flat.as_strided((length,), (1,), flat.storage_offset() + start)

@@ -1,0 +1,574 @@
+"""``ascend_env.ops.isin`` against native ``torch.isin`` and a set-based reference.
+
+Hypothesis settings: the ``ASCEND_ENV_HYPOTHESIS`` environment variable picks a profile
+(``default``, or ``big`` for ten times the examples). Failing examples are saved under
+``tests/hypothesis-failures`` and replayed first on the next run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+import weakref
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple, Union
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ascend_env import ops
+from ascend_env.ops import ATEN_KERNELS, NATIVE_OPS, STRATEGIES, isin
+
+_DATABASE = DirectoryBasedExampleDatabase(str(Path(__file__).resolve().parents[1] / "hypothesis-failures"))
+_COMMON = dict(deadline=None, database=_DATABASE, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("isin-default", max_examples=1500, **_COMMON)
+settings.register_profile("isin-big", max_examples=15000, **_COMMON)
+_PROFILE = settings.get_profile("isin-" + os.environ.get("ASCEND_ENV_HYPOTHESIS", "default"))
+
+
+def _examples(share: float) -> settings:
+    """The active profile with ``share`` of its examples."""
+    return settings(_PROFILE, max_examples=max(50, int(_PROFILE.max_examples * share)))
+
+
+Scalar = Union[int, float]
+Operand = Union[torch.Tensor, Scalar]
+
+DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
+# Values chosen to collide after casts: wrap-around (300, -129), int->float rounding (2**24 + 1,
+# 2**53 + 1), signed zeros, NaN, infinities and overflow to inf in 16-bit floats.
+INTS = [0, 1, -1, 2, 3, 5, 7, 127, 128, 255, 256, 300, -128, -129, 2**15, 2**16 + 2, 2**24, 2**24 + 1]
+INTS += [2**31 - 1, -(2**31), 2**53, 2**53 + 1, 2**62]
+FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, 300.0, 1e10, 65504.0, 65520.0, 2.0**24 + 1]
+FLOATS += [math.inf, -math.inf, math.nan]
+
+
+@st.composite
+def tensors(draw, max_numel: int = 64, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """A tensor of any supported dtype and shape (0-dim, empty, multi-dim, non-contiguous)."""
+    dtype = dtype or draw(st.sampled_from(DTYPES))
+    ndim = draw(st.integers(0, 3))
+    shape = draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim))
+    while math.prod(shape) > max_numel:
+        shape[shape.index(max(shape))] //= 2
+    pool = INTS if not dtype.is_floating_point else FLOATS + INTS[:8]
+    numel = math.prod(shape)
+    values = draw(st.lists(st.sampled_from(pool) | st.integers(-4, 4), min_size=numel, max_size=numel))
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided"]))
+    source = torch.tensor(values, dtype=torch.float64 if dtype.is_floating_point else torch.int64)
+    if layout == "transposed" and ndim >= 2:
+        tensor = source.to(dtype).view(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
+    elif layout == "strided" and ndim >= 1:
+        tensor = torch.empty(*shape[:-1], 2 * shape[-1], dtype=dtype)[..., ::2]
+        tensor.copy_(source.view(shape).to(dtype))
+    else:
+        tensor = source.to(dtype).view(shape)
+    return tensor
+
+
+scalars = st.sampled_from(INTS[:12] + [x for x in FLOATS if not math.isnan(x)] + [math.nan])
+
+
+@st.composite
+def operands(draw) -> Tuple[Operand, Operand]:
+    """``(elements, test_elements)`` for one of the three overloads."""
+    form = draw(st.sampled_from(["tensor-tensor"] * 4 + ["tensor-scalar", "scalar-tensor"]))
+    if form == "tensor-scalar":
+        return draw(tensors()), draw(scalars)
+    if form == "scalar-tensor":
+        return draw(scalars), draw(tensors())
+    return draw(tensors()), draw(tensors())
+
+
+# -- the reference ------------------------------------------------------------------------------
+
+
+def scalar_dtype(value: Scalar) -> torch.dtype:
+    return torch.int64 if isinstance(value, int) else torch.float64
+
+
+def comparison_dtype(elements: Operand, test: torch.Tensor) -> torch.dtype:
+    """The dtype native isin compares in: result_type on its brute-force path, else promote_types."""
+    n = elements.numel() if isinstance(elements, torch.Tensor) else 1
+    if test.numel() < int(10.0 * n**0.145) or n == 0:
+        return torch.result_type(elements, test)
+    edtype = elements.dtype if isinstance(elements, torch.Tensor) else scalar_dtype(elements)
+    return torch.promote_types(edtype, test.dtype)
+
+
+def as_tensor(value: Operand) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.tensor(value, dtype=scalar_dtype(value))
+
+
+def python_values(tensor: torch.Tensor) -> list:
+    wide = torch.float64 if tensor.dtype.is_floating_point else torch.int64
+    return tensor.to(wide).reshape(-1).tolist()
+
+
+def reference(elements: Operand, test: Operand, invert: bool) -> torch.Tensor:
+    """Membership after native's promotion, by Python set (NaN is in no set)."""
+    if not isinstance(test, torch.Tensor):  # Tensor_Scalar: native compares with eq/ne.
+        return torch.ne(elements, test) if invert else torch.eq(elements, test)
+    dtype = comparison_dtype(elements, test)
+    cast = as_tensor(elements).to(dtype)
+    pool = {value for value in python_values(test.to(dtype)) if value == value}
+    found = [(value in pool) != invert for value in python_values(cast)]
+    return torch.tensor(found, dtype=torch.bool).reshape(cast.shape)
+
+
+def has_equal_twin(elements: Operand, test: torch.Tensor) -> List[bool]:
+    """Per element: another element equals it after promotion (what native's sort path trips on)."""
+    values = python_values(as_tensor(elements).to(comparison_dtype(elements, test)))
+    counts: dict = {}
+    for value in values:
+        if value == value:
+            counts[value] = counts.get(value, 0) + 1
+    return [value == value and counts[value] > 1 for value in values]
+
+
+def native(elements: Operand, test: Operand, **kwargs) -> Union[torch.Tensor, Exception]:
+    try:
+        return torch.isin(elements, test, **kwargs)
+    except (RuntimeError, NotImplementedError) as exc:
+        return exc
+
+
+def check_against_native(
+    elements: Operand, test: Operand, got: torch.Tensor, assume_unique: bool, invert: bool
+) -> None:
+    """``got`` is the reference answer, and equals native wherever native is not documented wrong."""
+    want = reference(elements, test, invert)
+    assert got.dtype == torch.bool
+    assert got.shape == want.shape
+    assert torch.equal(got, want)
+    expected = native(elements, test, assume_unique=assume_unique, invert=invert)
+    if isinstance(expected, Exception):
+        # Documented: a non-contiguous multi-dim test_elements on the brute-force path.
+        assert isinstance(test, torch.Tensor) and "view size is not compatible" in str(expected)
+        assert not test.is_contiguous() and test.dim() >= 2
+        return
+    assert expected.shape == got.shape
+    if torch.equal(expected, got):
+        return
+    # Documented: native's sort path gives false positives for elements that have an equal twin
+    # after promotion (lossy casts, or duplicates passed with assume_unique=True).
+    n = as_tensor(elements).numel()
+    assert isinstance(test, torch.Tensor) and test.numel() >= int(10.0 * n**0.145)
+    twins = has_equal_twin(elements, test)
+    for native_says, correct, twin in zip(expected.reshape(-1).tolist(), got.reshape(-1).tolist(), twins):
+        if native_says != correct:
+            assert twin and native_says != invert, "native differs outside its documented defects"
+
+
+# -- exactness ----------------------------------------------------------------------------------
+
+
+@_examples(1.0)
+@given(operands(), st.booleans(), st.booleans())
+@example((torch.tensor([2**24, 2**24 + 1], dtype=torch.int32), torch.arange(20.0)), False, False)
+@example((torch.tensor([5, 5, 6]), torch.arange(10, 30)), True, False)
+@example((torch.tensor([5, 5, 6]), torch.arange(10, 30)), True, True)
+@example((torch.tensor([1, 2]), torch.arange(6).view(2, 3).t()), False, False)
+@example((torch.tensor([-0.0, 0.0, math.nan]), torch.tensor([0.0, math.nan])), False, False)
+@example((torch.tensor([44], dtype=torch.int8), torch.tensor(300)), False, False)
+@example((300, torch.tensor([44] * 3, dtype=torch.int8)), False, False)
+@example((300, torch.tensor([44] * 30, dtype=torch.int8)), False, False)
+@example((torch.tensor(2.5, dtype=torch.float64), torch.arange(12, dtype=torch.float32) / 2), False, False)
+def test_matches_native(pair, assume_unique, invert):
+    elements, test = pair
+    got = isin(elements, test, assume_unique=assume_unique, invert=invert)
+    check_against_native(elements, test, got, assume_unique, invert)
+
+
+def test_documented_native_defects_are_fixed():
+    collide = torch.tensor([2**24, 2**24 + 1], dtype=torch.int32)
+    assert torch.isin(collide, torch.arange(20.0)).tolist() == [True, False]
+    assert isin(collide, torch.arange(20.0)).tolist() == [False, False]
+
+    dupes = torch.tensor([5, 5, 6])
+    assert torch.isin(dupes, torch.arange(10, 30), assume_unique=True).tolist()[0] is True
+    assert isin(dupes, torch.arange(10, 30), assume_unique=True).tolist() == [False, False, False]
+
+    strided = torch.arange(6).view(2, 3).t()
+    with pytest.raises(RuntimeError):
+        torch.isin(torch.tensor([1, 7]), strided)
+    assert isin(torch.tensor([1, 7]), strided).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_barebones_unsigned_dtypes(dtype):
+    elements = torch.tensor([1, 2, 3, 40000]).to(dtype)
+    few, many = torch.tensor([3, 40000]).to(dtype), torch.arange(3, 40).to(dtype)
+    with pytest.raises(NotImplementedError):
+        torch.isin(elements, few)
+    assert isin(elements, few).tolist() == [False, False, True, True]
+    assert torch.equal(isin(elements, many, invert=True), torch.isin(elements, many, invert=True))
+
+
+@pytest.mark.parametrize(
+    "elements, test",
+    [
+        (torch.tensor([True]), torch.tensor([1])),
+        (torch.tensor([1]), torch.tensor([True])),
+        (torch.tensor([1j]), torch.tensor([1])),
+        (torch.tensor([1.0]), torch.tensor([1j], dtype=torch.complex128)),
+        (True, torch.tensor([1])),
+        (torch.tensor([1]), True),
+    ],
+)
+def test_unsupported_dtypes_raise_like_native(elements, test):
+    with pytest.raises(RuntimeError) as theirs:
+        torch.isin(elements, test)
+    with pytest.raises(RuntimeError) as ours:
+        isin(elements, test)
+    assert str(ours.value) == str(theirs.value).splitlines()[0]
+
+
+def test_two_scalars_is_a_type_error():
+    with pytest.raises(TypeError):
+        isin(1, 2)
+
+
+@st.composite
+def strategy_cases(draw):
+    """Two tensors, the comparison dtype, a forced strategy and a chunk size."""
+    elements, test = draw(tensors(max_numel=200)), draw(tensors(max_numel=200))
+    dtype = comparison_dtype(elements, test)
+    names = [name for name in STRATEGIES if name != "table" or dtype in ops._TABLES]
+    chunk = draw(st.sampled_from([1, 7, 64, ops.CHUNK_BYTES]))
+    return elements, test, dtype, draw(st.sampled_from(names)), chunk
+
+
+@_examples(1.0)
+@given(strategy_cases(), st.booleans(), st.booleans())
+def test_every_strategy_is_exact(case, invert, into_buffer):
+    """Each strategy, at any chunk size, gives the reference answer for any input."""
+    elements, test, dtype, strategy, chunk = case
+    dst = torch.empty(elements.numel(), dtype=torch.bool) if into_buffer else None
+    with mock.patch.object(ops, "CHUNK_BYTES", chunk):
+        got = ops._membership(elements, test, dtype, invert, dst, strategy=strategy)
+    assert got.shape == elements.shape
+    assert torch.equal(got, reference(elements, test, invert))
+    if into_buffer and elements.numel():
+        assert got.data_ptr() == dst.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int8])
+def test_lookup_table_covers_the_whole_range(dtype):
+    info = torch.iinfo(dtype)
+    elements = torch.arange(info.min, info.max + 1).to(dtype)
+    test = torch.tensor([info.min, info.max, 0, -1, 1, 77]).to(dtype).repeat(20)
+    assert ops.choose_strategy(elements.numel(), test.numel(), dtype) == "table"
+    for invert in (False, True):
+        assert torch.equal(isin(elements, test, invert=invert), torch.isin(elements, test, invert=invert))
+
+
+def test_strategy_choice_by_size():
+    assert ops.choose_strategy(64, 8, torch.int64) == "brute"
+    assert ops.choose_strategy(64, 1, torch.float32) == "brute"
+    assert ops.choose_strategy(32000, 1000, torch.int64) == "search"
+    assert ops.choose_strategy(10**7, 10**5, torch.int64) == "sort-both"
+    assert ops.choose_strategy(10**7, 10**5, torch.float32) == "search"
+    assert ops.choose_strategy(100, 1000, torch.uint8) == "table"
+    assert ops.choose_strategy(100, 1000, torch.uint16) == "brute"
+
+
+# -- the aten overloads as the dispatcher calls them ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registered():
+    """``ATEN_KERNELS`` registered under a test namespace with the exact aten schemas."""
+    library = torch.library.Library("ascend_env_isin_test", "DEF")
+    for name, kernel in ATEN_KERNELS.items():
+        schema = str(getattr(torch.ops.aten.isin, name.split(".")[1])._schema)
+        library.define(schema.split("::", 1)[1])
+        library.impl(name, kernel, "CPU")
+    yield torch.ops.ascend_env_isin_test.isin
+    library._destroy()
+
+
+def test_kernels_cover_every_aten_overload():
+    overloads = {f"isin.{name}" for name in torch.ops.aten.isin.overloads()}
+    assert set(ATEN_KERNELS) == overloads
+
+
+@st.composite
+def outs(draw) -> torch.Tensor:
+    """An ``out`` tensor: right shape, empty, wrong shape or non-contiguous (filled by resize)."""
+    kind = draw(st.sampled_from(["empty", "wrong", "noncontiguous", "match"]))
+    if kind == "empty":
+        return torch.empty(0, dtype=torch.bool)
+    if kind == "wrong":
+        return torch.ones(draw(st.integers(1, 5)), 3, dtype=torch.bool)
+    return torch.tensor([kind == "match"])  # replaced with the right shape in the test
+
+
+def out_overload(pair) -> str:
+    elements, test = pair
+    if not isinstance(test, torch.Tensor):
+        return "Tensor_Scalar_out"
+    return "Scalar_Tensor_out" if not isinstance(elements, torch.Tensor) else "Tensor_Tensor_out"
+
+
+@_examples(0.5)
+@given(operands(), st.booleans(), st.booleans(), outs())
+def test_out_overloads_as_registered(registered, pair, assume_unique, invert, out):
+    """Resize, warnings, aliasing and values match the native ``out=`` kernels."""
+    elements, test = pair
+    overload = out_overload(pair)
+    shape = () if overload == "Scalar_Tensor_out" else as_tensor(elements).shape
+    if out.numel() == 1 and out.dim() == 1:
+        if out.item():
+            out = torch.zeros(shape, dtype=torch.bool)
+        else:
+            out = torch.zeros(*shape, 2, dtype=torch.bool)[..., 0]
+    theirs = out.clone()
+    with warnings.catch_warnings(record=True) as their_warnings:
+        warnings.simplefilter("always")
+        expected = native_out(elements, test, assume_unique, invert, theirs)
+    with warnings.catch_warnings(record=True) as our_warnings:
+        warnings.simplefilter("always")
+        result = getattr(registered, overload)(
+            elements, test, assume_unique=assume_unique, invert=invert, out=out
+        )
+    assert len(our_warnings) == len(their_warnings)
+    assert result.data_ptr() == out.data_ptr() and result.shape == out.shape == tuple(shape)
+    assert out.dtype == torch.bool
+    check_against_native(elements, test, out, assume_unique, invert)
+    if not isinstance(expected, Exception):
+        assert theirs.shape == out.shape
+
+
+def native_out(elements, test, assume_unique, invert, out):
+    """Native ``out=`` through the Python binding, which turns ATen warnings into Python ones."""
+    try:
+        return torch.isin(elements, test, assume_unique=assume_unique, invert=invert, out=out)
+    except (RuntimeError, NotImplementedError) as exc:
+        return exc
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.uint8])
+def test_out_with_wrong_dtype_raises(registered, dtype):
+    out = torch.empty(3, dtype=dtype)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype bool"):
+        torch.isin(torch.tensor([1, 2, 3]), torch.tensor([2]), out=out)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype bool"):
+        registered.Tensor_Tensor_out(torch.tensor([1, 2, 3]), torch.tensor([2]), out=out)
+
+
+def test_functional_overloads_as_registered(registered):
+    elements, test = torch.tensor([[1, 5], [7, 2]]), torch.tensor([2, 7, 9])
+    assert torch.equal(registered.Tensor_Tensor(elements, test, invert=True), ~torch.isin(elements, test))
+    assert torch.equal(registered.Tensor_Scalar(elements, 7), elements == 7)
+    assert registered.Scalar_Tensor(7, test).shape == ()
+    assert registered.Scalar_Tensor(7, test).item() is True
+
+
+# -- only native ops, no host sync ----------------------------------------------------------------
+
+
+def op_name(func) -> str:
+    """``aten::eq.Tensor`` -> ``eq.Tensor``; the default overload goes by its bare name."""
+    name = func._schema.name.split("::", 1)[1]
+    return name if func._overloadname == "default" else f"{name}.{func._overloadname}"
+
+
+def _host_read(*args, **kwargs):
+    raise AssertionError("data-dependent read on the host: tolist() or numpy()")
+
+
+class OpAudit(TorchDispatchMode):
+    """Records every op dispatched; fails at once on an op that reads data on the host.
+
+    ``.tolist()`` and ``.numpy()`` read CPU memory without dispatching: they are patched to fail.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set = set()
+        self._patches = [mock.patch.object(torch.Tensor, name, _host_read) for name in ("tolist", "numpy")]
+
+    def __enter__(self):
+        for patch in self._patches:
+            patch.start()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for patch in self._patches:
+                patch.stop()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tags = set(func.tags)
+        if (
+            func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
+            or torch.Tag.data_dependent_output in tags
+            or torch.Tag.dynamic_output_shape in tags
+        ):
+            raise AssertionError(f"data-dependent op dispatched: {op_name(func)}")
+        self.seen.add(op_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_audit_catches_host_reads():
+    """The audit fails on syncs, so the audits below can fail."""
+    for sync in (lambda x: x.item(), lambda x: x.nonzero(), lambda x: x.tolist(), lambda x: bool(x.any())):
+        with pytest.raises(AssertionError, match="data-dependent"), OpAudit():
+            sync(torch.tensor([1]))
+
+
+def audited_calls(
+    elements: Operand, test: Operand, invert: bool, strategy: Optional[str], chunk: int
+) -> set:
+    """The ops that the public API, the out= kernels and a forced strategy dispatch."""
+    shape = elements.shape if isinstance(elements, torch.Tensor) else ()
+    empty = torch.empty(0, dtype=torch.bool)
+    strided = torch.zeros(*shape, 2, dtype=torch.bool)[..., 0]
+    dtype = None
+    if isinstance(elements, torch.Tensor) and isinstance(test, torch.Tensor) and strategy:
+        dtype = comparison_dtype(elements, test)
+        if strategy == "table" and dtype not in ops._TABLES:
+            dtype = None
+    with mock.patch.object(ops, "CHUNK_BYTES", chunk), warnings.catch_warnings(), OpAudit() as audit:
+        warnings.simplefilter("ignore")  # resizing a non-empty out warns, as natively
+        isin(elements, test, invert=invert)
+        isin(elements, test, invert=invert, out=empty)
+        isin(elements, test, invert=invert, out=strided)
+        if dtype is not None:
+            ops._membership(elements, test, dtype, invert, None, strategy=strategy)
+    return audit.seen
+
+
+@_examples(0.3)
+@given(
+    operands(),
+    st.booleans(),
+    st.sampled_from([None, *STRATEGIES]),
+    st.sampled_from([1, 64, ops.CHUNK_BYTES]),
+)
+def test_dispatches_only_native_ops(pair, invert, strategy, chunk):
+    elements, test = pair
+    seen = audited_calls(elements, test, invert, strategy, chunk)
+    assert seen <= NATIVE_OPS, sorted(seen - NATIVE_OPS)
+
+
+def test_native_ops_is_exactly_what_is_dispatched():
+    """Every entry of NATIVE_OPS is used: runs that reach each strategy and overload."""
+    cases = [
+        (torch.arange(10), torch.tensor([3]), None),
+        (torch.arange(10).view(2, 5).t(), torch.tensor([3, 4]), None),
+        (torch.arange(10), torch.arange(6).view(2, 3).t(), None),
+        (torch.arange(10), torch.tensor([], dtype=torch.int64), None),
+        (torch.tensor([], dtype=torch.int64), torch.arange(4), None),
+        (torch.arange(10, dtype=torch.int8), torch.arange(100, dtype=torch.int8), None),
+        (torch.arange(10, dtype=torch.int32), torch.arange(100.0), None),
+        (torch.arange(10), torch.arange(100), "search"),
+        (torch.arange(10), torch.arange(100), "sort-both"),
+        (torch.arange(10), torch.arange(100), "brute"),
+        (3, torch.arange(100), None),
+        (torch.arange(10), 3, None),
+    ]
+    seen: set = set()
+    for elements, test, strategy in cases:
+        for invert in (False, True):
+            for chunk in (8, ops.CHUNK_BYTES):
+                seen |= audited_calls(elements, test, invert, strategy, chunk)
+    assert seen == NATIVE_OPS
+
+
+def test_native_ops_are_native_in_every_torch_npu_release():
+    from ascend_env import optables
+
+    releases = optables.releases()
+    assert "2.1.0.post3" in releases and "2.14.0" in releases
+    for release in releases:
+        missing = NATIVE_OPS - optables.load(release)
+        assert not missing, f"torch_npu {release} lacks {sorted(missing)}"
+
+
+def test_no_kernel_calls_isin():
+    """A kernel registered for aten::isin must not dispatch isin (it would call itself)."""
+    assert not any(name.startswith("isin") for name in NATIVE_OPS)
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+class PeakMemory(TorchDispatchMode):
+    """Peak bytes held by tensors that ops create (storages the inputs own are not counted)."""
+
+    def __init__(self, *inputs: torch.Tensor) -> None:
+        super().__init__()
+        self.owned = {t.untyped_storage().data_ptr() for t in inputs}
+        self.refs: dict = {}
+        self.live = self.peak = 0
+
+    def _release(self, key: int) -> None:
+        count, size = self.refs[key]
+        if count == 1:
+            del self.refs[key]
+            self.live -= size
+        else:
+            self.refs[key] = (count - 1, size)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(result):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key in self.owned or key == 0:
+                continue
+            count, size = self.refs.get(key, (0, storage.nbytes()))
+            if count == 0:
+                self.live += size
+                self.peak = max(self.peak, self.live)
+            self.refs[key] = (count + 1, size)
+            weakref.finalize(tensor, self._release, key)
+        return result
+
+
+@contextmanager
+def peak_memory(*inputs: torch.Tensor) -> Iterator[PeakMemory]:
+    with PeakMemory(*inputs) as meter:
+        yield meter
+
+
+@pytest.mark.parametrize(
+    "numel, tests, dtype",
+    [(1 << 20, 60, torch.int64), (1 << 20, 5000, torch.int64), (1 << 20, 5000, torch.float32)],
+)
+def test_peak_memory_is_bounded_by_chunks(numel, tests, dtype):
+    """Never N x T bytes: the result, a few chunks and O(T)."""
+    elements = torch.randint(0, 1000, (numel,)).to(dtype)
+    test = torch.randint(0, 1000, (tests,)).to(dtype)
+    out = torch.empty(numel, dtype=torch.bool)
+    with peak_memory(elements, test, out) as meter:
+        isin(elements, test, out=out)
+    assert torch.equal(out, torch.isin(elements, test))
+    bound = 3 * ops.CHUNK_BYTES + 32 * tests
+    assert meter.peak <= bound < numel * tests // 4
