@@ -1,0 +1,259 @@
+"""patch-wheel on a small fake transformers wheel: content, RECORD, version pins, and real pip installs."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import difflib
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Dict
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ascend_env.cli import main
+from ascend_env.exceptions import EnvironmentProblem, UsageError
+from ascend_env.manifest import load_manifest
+from ascend_env.wheels import patch_wheel
+
+TARGET = "transformers/pytorch_utils.py"
+BEFORE = (
+    "import torch\n\n\ndef isin(elements, test_elements):\n    return torch.isin(elements, test_elements)\n"
+)
+AFTER = BEFORE.replace(
+    "    return torch.isin",
+    '    if elements.device.type not in ("cpu", "cuda"):\n'
+    "        return (elements.reshape(-1, 1) == test_elements.reshape(-1)).any(1).reshape(elements.shape)\n"
+    "    return torch.isin",
+)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(directory: Path, version: str, files: Dict[str, str]) -> Path:
+    """A wheel as a build backend writes it: files, then .dist-info with METADATA, WHEEL and RECORD."""
+    info = f"transformers-{version}.dist-info"
+    contents = dict(files)
+    contents[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n\nA fake.\n"
+    )
+    contents[f"{info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    contents[f"{info}/top_level.txt"] = "transformers\n"
+    record = "".join(
+        f"{name},{record_hash(text.encode())},{len(text.encode())}\n" for name, text in contents.items()
+    )
+    contents[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
+    path = directory / f"transformers-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in contents.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 2, 3, 4, 6)), text)
+    return path
+
+
+FILES = {"transformers/__init__.py": "__version__ = 'fake'\n", TARGET: BEFORE}
+
+
+@pytest.fixture
+def patches(tmp_path: Path) -> Path:
+    """A patches directory whose manifest lists release 1.0.0 with one patch of pytorch_utils.py."""
+    directory = tmp_path / "patches"
+    (directory / "transformers").mkdir(parents=True)
+    diff = "".join(
+        difflib.unified_diff(
+            BEFORE.splitlines(keepends=True), AFTER.splitlines(keepends=True), f"a/{TARGET}", f"b/{TARGET}"
+        )
+    )
+    header = "".join(f"# {key}: a test\n" for key in ("Changes", "Why", "Upstream", "Remove-when"))
+    (directory / "transformers" / "demo-isin-v1.patch").write_text("# Patch: demo-isin-v1\n" + header + diff)
+    manifest = {
+        "schema": 1,
+        "distribution": "transformers",
+        "generated_by": "tools/check_patches.py",
+        "nothing_to_do": {"below": "0.5", "from": "2.0", "why": "a test"},
+        "patches": {
+            "demo-isin-v1": {
+                "path": "transformers/demo-isin-v1.patch",
+                "target": TARGET,
+                "verified_on": ["1.0.0"],
+            }
+        },
+        "releases": {
+            "1.0.0": {
+                TARGET: {
+                    "patch": "demo-isin-v1",
+                    "before": sha256(BEFORE.encode()),
+                    "after": sha256(AFTER.encode()),
+                }
+            }
+        },
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+@pytest.fixture
+def original(tmp_path: Path) -> Path:
+    (tmp_path / "in").mkdir()
+    return build_wheel(tmp_path / "in", "1.0.0", FILES)
+
+
+def read(wheel: Path) -> Dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def test_patched_wheel_has_the_patched_file_a_renamed_dist_info_and_a_fresh_record(
+    tmp_path, patches, original
+):
+    result = patch_wheel(original, tmp_path / "out", directory=patches)
+    assert result.path == tmp_path / "out" / "transformers-1.0.0+ascend.1-py3-none-any.whl"
+    assert result.version == "1.0.0+ascend.1" and result.original_version == "1.0.0"
+    assert result.files == {
+        TARGET: {"patch": "demo-isin-v1", "before": sha256(BEFORE.encode()), "after": sha256(AFTER.encode())}
+    }
+    old, new = read(original), read(result.path)
+    info = "transformers-1.0.0+ascend.1.dist-info"
+    assert new[TARGET] == AFTER.encode()
+    assert new["transformers/__init__.py"] == old["transformers/__init__.py"]
+    assert not any(name.startswith("transformers-1.0.0.dist-info/") for name in new)
+    assert new[f"{info}/WHEEL"] == old["transformers-1.0.0.dist-info/WHEEL"]
+    assert b"\nVersion: 1.0.0+ascend.1\n" in new[f"{info}/METADATA"]
+    assert list(new)[-1] == f"{info}/RECORD"
+    rows = list(csv.reader(io.StringIO(new[f"{info}/RECORD"].decode())))
+    assert sorted(row[0] for row in rows) == sorted(new)
+    for name, digest, size in rows:
+        if name == f"{info}/RECORD":
+            assert (digest, size) == ("", "")
+        else:
+            assert (digest, int(size)) == (record_hash(new[name]), len(new[name]))
+
+
+def test_the_same_wheel_gives_the_same_bytes_and_the_build_number_names_it(tmp_path, patches, original):
+    first = patch_wheel(original, tmp_path / "a", directory=patches).path.read_bytes()
+    second = patch_wheel(original, tmp_path / "b", directory=patches).path.read_bytes()
+    assert first == second
+    third = patch_wheel(original, tmp_path / "c", directory=patches, build=3)
+    assert third.path.name == "transformers-1.0.0+ascend.3-py3-none-any.whl"
+
+
+def test_version_pins_accept_the_patched_build_and_prefer_it():
+    patched = Version("1.0.0+ascend.1")
+    assert SpecifierSet("==1.0.0").contains(patched)
+    assert SpecifierSet("~=1.0").contains(patched)
+    assert SpecifierSet(">=0.9,<1.1").contains(patched)
+    assert not SpecifierSet("==1.0.0+other").contains(patched)
+    assert Version("1.0.0") < patched < Version("1.0.0+ascend.2") < Version("1.0.1")
+
+
+def test_refuses_a_wheel_whose_file_is_not_the_released_text(tmp_path, patches):
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "1.0.0", {**FILES, TARGET: BEFORE + "# edited\n"})
+    with pytest.raises(EnvironmentProblem, match="differs from transformers 1.0.0's file"):
+        patch_wheel(wheel, tmp_path / "out", directory=patches)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("version", "error", "message"),
+    [
+        ("2.1.0", UsageError, "needs no patch"),
+        ("0.4", UsageError, "needs no patch"),
+        ("1.5.0", EnvironmentProblem, "not a release this ascend-env has patches for"),
+        ("1.0.0+ascend.1", UsageError, "is a local build"),
+    ],
+)
+def test_refuses_versions_without_patches(tmp_path, patches, version, error, message):
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", version, FILES)
+    with pytest.raises(error, match=message):
+        patch_wheel(wheel, tmp_path / "out", directory=patches)
+
+
+def test_refuses_other_projects_bad_names_and_build_numbers(tmp_path, patches, original):
+    other = tmp_path / "in" / "tokenizers-1.0.0-py3-none-any.whl"
+    other.write_bytes(original.read_bytes())
+    with pytest.raises(UsageError, match="not transformers"):
+        patch_wheel(other, tmp_path / "out", directory=patches)
+    with pytest.raises(UsageError, match="not a wheel file name"):
+        patch_wheel(tmp_path / "in" / "transformers.zip", tmp_path / "out", directory=patches)
+    with pytest.raises(UsageError, match="build number"):
+        patch_wheel(original, tmp_path / "out", directory=patches, build=0)
+
+
+def test_cli_writes_json_and_exits_2_for_a_missing_file(tmp_path, patches, original, capsys):
+    out = tmp_path / "out"
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches), "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["version"] == "1.0.0+ascend.1"
+    assert Path(report["wheel"]).is_file()
+    assert main(["patch-wheel", str(tmp_path / "missing.whl"), "--patches-dir", str(patches)]) == 2
+    assert "is not a file" in capsys.readouterr().err
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_pip_installs_the_patched_wheel_into_a_target(tmp_path, patches, original):
+    wheel = patch_wheel(original, tmp_path / "out", directory=patches).path
+    done = pip(
+        "install", "--no-deps", "--no-index", "--no-compile", "--target", str(tmp_path / "site"), str(wheel)
+    )
+    assert done.returncode == 0, done.stderr
+    site = tmp_path / "site"
+    assert (site / TARGET).read_text() == AFTER
+    metadata = (site / "transformers-1.0.0+ascend.1.dist-info" / "METADATA").read_text()
+    assert "Version: 1.0.0+ascend.1" in metadata
+
+
+def test_pip_installs_it_over_the_original_and_a_pin_resolves_to_it(tmp_path, patches, original):
+    patch_wheel(original, original.parent, directory=patches)  # both wheels now in one "index"
+    env = tmp_path / "venv"
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(env)], capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    python = env / "bin" / "python"
+    common = ("--python", str(python), "install", "--no-deps", "--no-index", "--no-compile")
+    done = pip(*common, str(original))
+    assert done.returncode == 0, done.stderr
+    done = pip(*common, "--find-links", str(original.parent), "transformers==1.0.0", "--upgrade")
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('transformers'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == "1.0.0+ascend.1"
+    site = next((env / "lib").glob("python3*/site-packages"))
+    assert (site / TARGET).read_text() == AFTER
+    assert sorted(p.name for p in site.glob("transformers-*.dist-info")) == [
+        "transformers-1.0.0+ascend.1.dist-info"
+    ]
+
+
+def test_the_shipped_manifest_loads_for_patch_wheel():
+    manifest = load_manifest()
+    assert manifest.lookup("4.46.3+ascend.1") == manifest.lookup("4.46.3")
