@@ -237,6 +237,17 @@ def test_concurrent_builders_compile_once(tmp_path, monkeypatch):
     assert build.ensure_built() == results[0] and len(compiles) == 1  # a later caller reuses it
 
 
+def test_a_second_process_reuses_the_build(npu):
+    from ascend_env.sim import build
+
+    library = build.ensure_built()
+    stamp = library.stat().st_mtime_ns
+    code = "from ascend_env.sim import build\nbuild.compile_command = None\nprint(build.ensure_built())"
+    result = run_python(code)  # compile_command = None: any attempt to build would raise
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(library) and library.stat().st_mtime_ns == stamp
+
+
 def test_failed_build_leaves_nothing_that_looks_finished(tmp_path, monkeypatch):
     from ascend_env.exceptions import EnvironmentProblem
     from ascend_env.sim import build
