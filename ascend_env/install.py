@@ -9,10 +9,12 @@ Only then, under the lock and after finishing any interrupted run, does
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
 from ascend_env.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
@@ -278,6 +280,27 @@ def _refuse_conflicts(files: List[FileStatus]) -> None:
 # -- install ---------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _locked_and_recovered(site_packages: Path) -> Iterator[Optional[str]]:
+    """Hold the lock with any interrupted run finished; yields that run's action, or None.
+
+    Finishing an interrupted restore removes ``.ascend-env/`` and the lock file in it; the lock
+    is then taken again, so that writes never happen under a lock another run cannot see.
+    """
+    recovered: Optional[str] = None
+    while True:
+        with locked(state_dir(site_packages)) as lock:
+            inode = os.stat(lock).st_ino
+            recovered = recover(site_packages) or recovered
+            try:
+                kept = os.stat(lock).st_ino == inode  # our open lock file keeps its inode unused
+            except FileNotFoundError:
+                kept = False
+            if kept:
+                yield recovered
+                return
+
+
 @dataclass
 class Plan:
     site_packages: Path
@@ -421,8 +444,7 @@ def install(
         return plan.report
     if not plan.changes and not needs_recovery(site_packages):
         return plan.report
-    with locked(state_dir(site_packages)):
-        recovered = recover(site_packages)
+    with _locked_and_recovered(site_packages) as recovered:
         plan = plan_install(site_packages, **kwargs)  # again: another run may have changed things
         if plan.changes:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
@@ -523,8 +545,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
         return plan.report
     if plan.report["result"] == "nothing to restore" and not state_dir(site_packages).exists():
         return plan.report
-    with locked(state_dir(site_packages)):
-        recovered = recover(site_packages)
+    with _locked_and_recovered(site_packages) as recovered:
         plan = plan_restore(site_packages)
         if read_state(site_packages) is not None:
             commit(site_packages, Journal("restore", tuple(plan.changes), None), plan.blobs)
