@@ -44,6 +44,55 @@ def test_out_argument_resized_by_a_pass_through_kernel(npu):
     assert torch.equal(out.cpu(), torch.tensor([1.0, 2.0, 3.0]))
 
 
+def _battery(t: torch.Tensor, idx: torch.Tensor) -> dict:
+    """Ops whose results alias, resize or replace their inputs' memory in different ways."""
+    dev = t.device
+    out: dict = {
+        "split": [part * 1 for part in t.split(2, dim=1)],
+        "unbind": list(t.unbind(0)),
+        "cat_out": torch.cat([t, t], 0, out=torch.empty(0, device=dev)),
+        "nonzero": torch.nonzero(t > 0),
+        "sort": list(torch.sort(t, dim=1)),
+        "topk": list(torch.topk(t, 2)),
+        "where": torch.where(t > 0, t, torch.zeros_like(t)),
+        "gather": torch.gather(t, 1, torch.zeros(4, 1, dtype=torch.long, device=dev)),
+        "expand_add": t[:, :1].expand(4, 5) + t,
+        "as_strided": t.as_strided((2, 2), (1, 2), 1) * 1,
+        "t_": t.clone().t_(),
+        "unsqueeze_": t.clone().unsqueeze_(0),
+        "item": t[0, 0].item(),
+        "tolist": t[0].tolist(),
+        "lcm_out_fallback": torch.lcm(idx, idx + 1, out=torch.empty(0, dtype=torch.long, device=dev)),
+    }
+    y = t.clone()
+    y[idx] = 0.5
+    out["index_put"] = y
+    y = t.clone()
+    y.masked_fill_(t > 0, -1.0)
+    out["masked_fill"] = y
+    return out
+
+
+def _host(value, device: str):
+    """``value`` with each tensor as (values, shape, strides), checking it lives on ``device``."""
+    if isinstance(value, torch.Tensor):
+        assert value.device.type == device
+        return (value.cpu().tolist(), tuple(value.shape), value.stride())
+    if isinstance(value, list):
+        return [_host(v, device) for v in value]
+    return value
+
+
+def test_pass_through_and_fallback_kernels_compute_what_the_cpu_computes(npu):
+    torch.manual_seed(0)
+    x, idx = torch.randn(4, 5), torch.tensor([2, 0, 3])
+    sim.reset()
+    on_cpu, on_npu = _battery(x, idx), _battery(x.to(npu), idx.to(npu))
+    assert sim.fallbacks() == {"aten::lcm.out": 1}
+    for name, expected in on_cpu.items():
+        assert _host(on_npu[name], "npu") == _host(expected, "cpu"), name
+
+
 def test_the_table_decides_what_falls_back(npu):
     table = optables.load(IN_PROCESS_TABLE)
     assert "gelu" in table and "gelu.out" not in table and "isin.Tensor_Tensor" not in table
