@@ -34,6 +34,12 @@ def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
     import fcntl
 
     path = directory / LOCK_FILE
+    if directory.is_symlink():
+        raise EnvironmentProblem(
+            f"{directory} is a symbolic link (to {os.readlink(directory)}): ascend-env keeps its state "
+            "only in a real directory inside site-packages, so nothing was changed.",
+            f"remove the link (rm {directory}) and run the command again.",
+        )
     deadline = time.monotonic() + timeout
     while True:
         try:
