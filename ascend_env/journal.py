@@ -140,11 +140,30 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space on the file system of {path} (see df -h), then run the command again"
+    else:
+        fix = (
+            "make site-packages writable for this user (or use a virtual environment), "
+            "then run the command again"
+        )
     return EnvironmentProblem(
         f"cannot write {path} ({exc.strerror}).",
-        "make site-packages writable for this user (or use a virtual environment), then run the "
-        "command again: it finishes the interrupted change.",
+        fix + ": it finishes an interrupted change, or starts afresh.",
     )
+
+
+def _discard(site_packages: Path) -> None:
+    """After a failed write before the journal exists: drop what this run stored (best effort)."""
+    directory = state_dir(site_packages)
+    try:
+        if (directory / JOURNAL_FILE).exists():
+            return  # the change is recorded: the next run finishes it
+        recover(site_packages)  # no journal: clears temp files and bytes no state refers to
+        if not (directory / STATE_FILE).exists():
+            remove_directory(site_packages)
+    except (OSError, EnvironmentProblem):
+        pass
 
 
 def store_blob(site_packages: Path, data: bytes) -> str:
@@ -280,8 +299,12 @@ def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) ->
         write_atomic(directory / JOURNAL_FILE, journal.to_json(), directory / TMP, label="journal")
         crash_point("journal")
     except OSError as exc:
+        _discard(site_packages)
         raise _write_failed(directory, exc) from None
-    _finish(site_packages, journal)
+    try:
+        _finish(site_packages, journal)
+    except OSError as exc:  # e.g. a full disk when writing the state: the journal finishes it later
+        raise _write_failed(directory, exc) from None
 
 
 def read_journal(site_packages: Path) -> Optional[Journal]:
@@ -316,7 +339,10 @@ def recover(site_packages: Path) -> Optional[str]:
                 keep = [entry.before for entry in state.entries if entry.before]
             _clean(directory, keep)
         return None
-    _finish(site_packages, journal)
+    try:
+        _finish(site_packages, journal)
+    except OSError as exc:
+        raise _write_failed(directory, exc) from None
     return journal.action
 
 
