@@ -163,7 +163,13 @@ def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
             f"remove the stale ones: pip install --force-reinstall --no-deps {name}.",
         )
     directory, dist_name, version, dist = found[0]
-    text = dist.read_text("RECORD")
+    try:
+        text = dist.read_text("RECORD")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvironmentProblem(
+            f"{directory.name}/RECORD cannot be read as text ({exc}).",
+            f"reinstall with pip: pip install --force-reinstall --no-deps {name}.",
+        ) from None
     if text is None:
         raise EnvironmentProblem(
             f"{directory.name} has no RECORD file.",
