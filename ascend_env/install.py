@@ -72,7 +72,14 @@ def resolve_site_packages(target: Optional[str]) -> Path:
     if target is None:
         return default_site_packages()
     path = Path(target)
-    if not path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:  # e.g. a parent directory this user may not enter
+        raise EnvironmentProblem(
+            f"--target {target}: cannot be read ({exc.strerror}).",
+            "pass a site-packages directory this user can read, or run as the user that owns it.",
+        ) from None
+    if not is_dir:
         raise UsageError(f"--target {target}: no such directory.", "pass a site-packages directory.")
     return path.resolve()
 
@@ -403,7 +410,11 @@ def plan_install(
     for name, data in sorted((extra_files or {}).items()):
         path = site_packages / name
         if not _inside(site_packages, name) or not path.parent.is_dir():
-            raise UsageError(f"extra file {name!r} is not a plain file name inside {site_packages}.")
+            raise UsageError(
+                f"extra file {name!r} is not a plain file name inside {site_packages} "
+                "(a symbolic link, or a path that leaves it).",
+                f"remove {path} if it is a link, then run the command again.",
+            )
         current = path.read_bytes() if path.is_file() else None
         add(name, "extra", current, data)
     for path, entry in old_entries.items():
@@ -444,6 +455,7 @@ def install(
         return plan.report
     if not plan.changes and not needs_recovery(site_packages):
         return plan.report
+    read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with _locked_and_recovered(site_packages) as recovered:
         plan = plan_install(site_packages, **kwargs)  # again: another run may have changed things
         if plan.changes:
@@ -545,6 +557,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
         return plan.report
     if plan.report["result"] == "nothing to restore" and not state_dir(site_packages).exists():
         return plan.report
+    read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with _locked_and_recovered(site_packages) as recovered:
         plan = plan_restore(site_packages)
         if read_state(site_packages) is not None:
