@@ -1,0 +1,37 @@
+"""``ascend-env verify [--simulate] [--torch-npu VERSION] [--strict] [--python PATH]``: the smoke test."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ascend_env import verify
+from ascend_env.output import write_json, write_text
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--simulate", action="store_true",
+        help="run on the simulated NPU even where a real one answers",
+    )
+    parser.add_argument(
+        "--torch-npu", metavar="VERSION",
+        help="simulate this torch_npu release's op table (implies --simulate; default: the installed "
+        "torch_npu's op lists, else the newest known release)",
+    )
+    parser.add_argument("--strict", action="store_true", help="fail when any op at all falls back to the CPU")
+    parser.add_argument(
+        "--python", metavar="PATH", default=sys.executable,
+        help="the interpreter to verify (default: this one); ascend-env must be installed in it",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    options = verify.Options(python=args.python, simulate=args.simulate, torch_npu=args.torch_npu,
+                             strict=args.strict)
+    result = verify.verify(options)
+    if args.json:
+        write_json(result)
+    else:
+        write_text(verify.format_text(result))
+    return verify.exit_code(result)

@@ -1,0 +1,319 @@
+"""The smoke test's own process: ``python -m ascend_env.smoke --report FILE [options]``.
+
+``ascend_env.verify`` starts it in a fresh process of the target interpreter, so the startup hook
+runs exactly as in a user's process. It records what the parent judges and writes it as one JSON
+document to ``--report`` (never to stdout, which user code may print to):
+
+- ``silencers``: whatever in its own environment would still hide torch_npu's fallback line;
+- ``installation``: the patch state (manifest hashes) and the startup hook's files;
+- ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers) or the simulator;
+- ``steps``: ``isin`` (every overload, ``out=`` included, against the CPU) and ``generate`` (a
+  config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
+  the CPU), each with the simulator's fallback counts;
+- ``hook``: :func:`ascend_env.runtime.status` once the backend is up; ``warnings``: Python warnings.
+
+``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (set by the parent) is dropped from the environment before the
+backend starts when the release does not honour it. When it is in force, the ``generate`` step is
+left to a second process without it (``deferred``), so that a fallback outside isin is listed as a
+finding instead of aborting generation. torch is imported only inside the functions below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
+FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
+STEPS = ("isin", "generate")
+DEVICES = ("auto", "npu", "sim")
+
+# The generate() step: a tiny config-built Llama and the options that make transformers call isin.
+PROMPT = [[5, 6, 7, 8], [9, 10, 11, 12]]
+GENERATE_OPTIONS: Dict[str, Any] = {
+    "do_sample": False,
+    "max_new_tokens": 8,
+    "min_new_tokens": 4,
+    "eos_token_id": [2, 17],
+    "suppress_tokens": [3, 4, 5],
+    "pad_token_id": 0,
+}
+
+
+def silencers(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The variables in ``environ`` that can hide torch_npu's fallback line (``RANK`` unless 0)."""
+    found = {}
+    for name in SILENCERS:
+        value = environ.get(name)
+        if value is None or (name == "RANK" and value.strip() in ("", "0")):
+            continue
+        found[name] = value
+    return found
+
+
+def installation() -> Dict[str, Any]:
+    """The patch state of this Python's transformers and the startup hook's files next to it."""
+    from ascend_env import hook
+    from ascend_env import install as engine
+    from ascend_env.exceptions import AscendEnvError
+
+    try:
+        site = engine.default_site_packages()
+    except AscendEnvError as exc:
+        return {"error": exc.problem, "fix": exc.fix}
+    found: Dict[str, Any] = {"site_packages": str(site)}
+    try:
+        report, code = engine.status(site, search_sys_path=True)
+        found["patches"] = {
+            "status": report.get("status"), "code": code, "transformers": report.get("transformers"),
+            "detail": report.get("detail"), "drift": report.get("drift", []), "run": report.get("run"),
+        }
+    except AscendEnvError as exc:
+        found["patches"] = {"status": "unknown", "error": exc.problem, "fix": exc.fix}
+    found["hook_files"] = hook.installed(site)
+    found["hook_current"] = hook.is_current(site)
+    boot = sys.modules.get("ascend_env._boot")  # imported at start-up by the hook's .pth line
+    found["hook_started"] = bool(boot is not None and boot.STATE.started)
+    found["hook_disabled"] = bool(boot is not None and boot.STATE.disabled)
+    return found
+
+
+def _torch_npu_release() -> Optional[str]:
+    for name in ("torch_npu", "torch-npu"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _honours_fallback_disable(release: Optional[str]) -> bool:
+    """Whether ``release`` honours TORCH_NPU_FALLBACK_CPU_DISABLE; an unknown release may, so yes."""
+    from ascend_env import optables
+    from ascend_env.exceptions import UsageError
+
+    if release is None:
+        return False
+    try:
+        return optables.has_fallback_disable(release)
+    except UsageError:
+        return True
+
+
+def _keep_fallback_disable(honoured: bool) -> bool:
+    """Drop TORCH_NPU_FALLBACK_CPU_DISABLE where it is not honoured; whether it is in force."""
+    if not honoured:
+        os.environ.pop(FALLBACK_DISABLE, None)
+    return os.environ.get(FALLBACK_DISABLE) == "1"
+
+
+def start_npu() -> Dict[str, Any]:
+    """Import torch and torch_npu and ask ``npu:0`` to answer; raises when it cannot."""
+    release = _torch_npu_release()
+    in_force = _keep_fallback_disable(_honours_fallback_disable(release))
+    import torch
+    import torch_npu  # noqa: F401
+
+    if not torch.npu.is_available() or torch.npu.device_count() < 1:
+        raise RuntimeError("torch_npu imported, but no NPU device answered (torch.npu.is_available())")
+    torch.empty(1, device="npu:0")
+    return {
+        "kind": "npu", "release": getattr(torch_npu, "__version__", release),
+        "name": str(torch.npu.get_device_name(0)), "fallback_disable": in_force,
+    }
+
+
+def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
+    """Enable the simulated NPU with the table ``ascend_env.audit.choose_table`` picks."""
+    from ascend_env import audit, optables
+    from ascend_env.sim import startup
+
+    table = audit.choose_table(torch_npu)
+    if startup.OPLISTS in table:
+        honoured = table.get(startup.FALLBACK_DISABLE) == "1"
+    else:
+        honoured = optables.has_fallback_disable(table[startup.TORCH_NPU])
+    in_force = _keep_fallback_disable(honoured)
+    from ascend_env import oplists, sim
+
+    if startup.OPLISTS in table:
+        ops = oplists.read_torch_npu(Path(table[startup.OPLISTS]))
+        sim.enable_ops(table[startup.LABEL], ops, honoured)
+    else:
+        sim.enable(table[startup.TORCH_NPU])
+    return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
+            "fallback_disable": in_force}
+
+
+def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
+    """One call per aten isin overload: ``(elements, test_elements, out) -> result``."""
+    isin = torch.ops.aten.isin
+    return {
+        "isin.Tensor_Tensor": lambda e, t, out: isin.Tensor_Tensor(e, t),
+        "isin.Tensor_Tensor_out": lambda e, t, out: isin.Tensor_Tensor_out(e, t, invert=True, out=out),
+        "isin.Tensor_Scalar": lambda e, t, out: isin.Tensor_Scalar(e, 5),
+        "isin.Tensor_Scalar_out": lambda e, t, out: isin.Tensor_Scalar_out(e, 5, out=out),
+        "isin.Scalar_Tensor": lambda e, t, out: isin.Scalar_Tensor(6, t),
+        "isin.Scalar_Tensor_out": lambda e, t, out: isin.Scalar_Tensor_out(6, t, out=out),
+    }
+
+
+def check_isin(torch: Any, device: str) -> Dict[str, Any]:
+    """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
+    elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    test = torch.tensor([2, 6, 9, 95])
+    results: Dict[str, Any] = {}
+    for name, call in _isin_calls(torch).items():
+        try:
+            expected = call(elements, test, torch.empty(0, dtype=torch.bool))
+            out = torch.empty(0, dtype=torch.bool, device=device)
+            got = call(elements.to(device), test.to(device), out)
+            error = None
+            if got.device.type != torch.device(device).type:
+                error = f"the result is on {got.device}, not {device}"
+            elif name.endswith("_out") and got.data_ptr() != out.data_ptr():
+                error = "the result is not the out= tensor"
+            elif not torch.equal(got.cpu(), expected):
+                error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
+        except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
+            error = f"{type(exc).__name__}: {exc}"
+        results[name] = {"ok": error is None, "error": error}
+    return {"overloads": results}
+
+
+def tiny_llama() -> Any:
+    """A randomly initialised two-layer Llama (hidden size 32, vocabulary 96), the same every call."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def check_generate(torch: Any, device: str) -> Dict[str, Any]:
+    """Greedy generate() on ``device`` against the CPU: ``{"ok", "error", "tokens"}``."""
+    try:
+        import transformers
+
+        model = tiny_llama()
+        ids = torch.tensor(PROMPT)
+        with torch.no_grad():
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), **GENERATE_OPTIONS)
+            on_device = ids.to(device)
+            got = model.to(device).generate(
+                on_device, attention_mask=torch.ones_like(on_device), **GENERATE_OPTIONS
+            )
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    error = None
+    if got.device.type != torch.device(device).type:
+        error = f"the tokens are on {got.device}, not {device}"
+    elif not torch.equal(got.cpu(), expected):
+        error = f"the tokens {got.cpu().tolist()} differ from the CPU's {expected.tolist()}"
+    return {"ok": error is None, "error": error, "tokens": expected.tolist(),
+            "transformers": transformers.__version__}
+
+
+def _fallbacks(kind: str) -> Dict[str, int]:
+    if kind != "simulator":
+        return {}
+    from ascend_env import sim
+
+    return dict(sorted(sim.fallbacks().items()))
+
+
+def _reset(kind: str) -> None:
+    if kind == "simulator":
+        from ascend_env import sim
+
+        sim.reset()
+
+
+def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Sequence[str]) -> None:
+    """Fill ``report``; see the module docstring for its keys."""
+    report["silencers"] = silencers(os.environ)
+    report["installation"] = installation()
+    if device == "auto" and importlib.util.find_spec("torch_npu") is None:
+        device, report["simulator_reason"] = "sim", "torch_npu is not installed"
+    if device in ("auto", "npu"):
+        try:
+            backend = start_npu()
+        except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
+            report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
+            return
+    else:
+        try:
+            import torch  # noqa: F401 - a broken torch fails here, before the simulator
+        except Exception as exc:
+            report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
+            return
+        backend = start_simulator(torch_npu)
+    report["backend"] = backend
+    import torch
+
+    from ascend_env import runtime
+
+    name = "npu:0"
+    for step in steps:
+        if step == "generate" and backend["fallback_disable"]:
+            report["deferred"] = ["generate"]
+            continue
+        _reset(backend["kind"])
+        started = time.monotonic()
+        result = check_isin(torch, name) if step == "isin" else check_generate(torch, name)
+        result["fallbacks"] = _fallbacks(backend["kind"])
+        result["seconds"] = round(time.monotonic() - started, 3)
+        report["steps"][step] = result
+    report["hook"] = runtime.status()
+
+
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ascend_env.smoke", description=__doc__.splitlines()[0])
+    parser.add_argument("--report", required=True, help="where to write the JSON report")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
+    parser.add_argument("--torch-npu", metavar="VERSION", help="the simulated torch_npu release")
+    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated: isin, generate")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the smoke test and write its report; 0 once the report is written, whatever it says."""
+    args = _parse(argv)
+    steps = [step for step in args.steps.split(",") if step]
+    report: Dict[str, Any] = {"pid": os.getpid(), "python": sys.executable, "steps": {}}
+    caught: List[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run(report, args.device, args.torch_npu, steps)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails with it
+        from ascend_env.exceptions import AscendEnvError
+
+        report["error"] = {
+            "type": type(exc).__name__, "problem": getattr(exc, "problem", str(exc)),
+            "fix": getattr(exc, "fix", None), "environment": isinstance(exc, AscendEnvError),
+        }
+    report["warnings"] = [
+        {"category": w.category.__name__, "message": str(w.message), "where": f"{w.filename}:{w.lineno}"}
+        for w in caught
+    ]
+    partial = Path(args.report + ".tmp")
+    partial.write_text(json.dumps(report, default=str), encoding="utf-8")
+    os.replace(partial, args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
