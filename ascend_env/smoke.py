@@ -13,9 +13,11 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``hook``: :func:`ascend_env.runtime.status` once the backend is up; ``warnings``: Python warnings.
 
 ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (set by the parent) is dropped from the environment before the
-backend starts when the release does not honour it. When it is in force, the ``generate`` step is
-left to a second process without it (``deferred``), so that a fallback outside isin is listed as a
-finding instead of aborting generation. torch is imported only inside the functions below.
+backend starts when the release does not honour it. Where it is in force, the ``generate`` step runs
+without it, so that a fallback outside isin is listed as a finding instead of aborting generation:
+torch_npu reads it once per process, so on a real NPU that step is left to a second process
+(``deferred``); the simulator reads it at each fallback, so there it is dropped in place. torch is
+imported only inside the functions below.
 """
 
 from __future__ import annotations
@@ -267,12 +269,16 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
 
     name = "npu:0"
     for step in steps:
-        if step == "generate" and backend["fallback_disable"]:
-            report["deferred"] = ["generate"]
-            continue
+        if step == "generate" and os.environ.get(FALLBACK_DISABLE) == "1":
+            if backend["kind"] == "npu":  # torch_npu read the variable once, at start-up
+                report["deferred"] = ["generate"]
+                continue
+            os.environ.pop(FALLBACK_DISABLE)  # the simulator reads it at each fallback
         _reset(backend["kind"])
         started = time.monotonic()
+        in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
         result = check_isin(torch, name) if step == "isin" else check_generate(torch, name)
+        result["fallback_disable"] = in_force
         result["fallbacks"] = _fallbacks(backend["kind"])
         result["seconds"] = round(time.monotonic() - started, 3)
         report["steps"][step] = result

@@ -8,9 +8,10 @@ the child's JSON report, which also lists the Python warnings.
 ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` is set for the isin step where the release honours it (the
 child drops it otherwise): there it turns an isin fallback into an error that names the op, and it
 cannot mask anything else, since the isin checks and the hook's kernels run only ops that every
-release runs natively. torch_npu reads the variable once per process, so when it is in force the
-``generate()`` step runs in a second process without it: a fallback outside isin is then listed as
-a finding (a failure with ``--strict``) instead of aborting generation.
+release runs natively. The ``generate()`` step runs without it, so that a fallback outside isin is
+listed as a finding (a failure with ``--strict``) instead of aborting generation: torch_npu reads
+the variable once per process, so on a real NPU that step runs in a second process (the simulator
+reads it at each fallback, so the child drops it in place).
 
 Which device: the real ``npu:0`` when torch_npu imports and a device answers; otherwise, or with
 ``--simulate`` or ``--torch-npu``, the simulator. When torch_npu is installed but does not start (no
@@ -221,10 +222,9 @@ def _silenced_lines(runs: Sequence[Smoke]) -> List[str]:
     """Ops the simulator counted in a run whose fd 2 shows no CAUTION line for them."""
     missing = []
     for smoke in runs:
-        if smoke.report.get("backend", {}).get("fallback_disable"):
-            continue  # refused fallbacks print no line
-        steps = smoke.report.get("steps", {}).values()
-        counted = {op for result in steps for op in result.get("fallbacks", {})}
+        steps = smoke.report.get("steps", {}).values()  # a refused fallback prints no line
+        counted = {op for result in steps if not result.get("fallback_disable")
+                   for op in result.get("fallbacks", {})}
         seen = set(fallback_lines(smoke.stderr))
         missing.extend(sorted(counted - seen))
     return list(dict.fromkeys(missing))

@@ -1,0 +1,355 @@
+"""verify without torch: the child's environment, the verdict on smoke reports, and the CLI's exit
+codes with a torch that cannot be imported (which also proves the parent never imports torch)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ascend_env import smoke, verify
+from ascend_env.oplists import ISIN_OVERLOADS
+from ascend_env.verify import Smoke
+
+CAUTION = (
+    "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "
+    "the NPU backend and will fall back to run on the CPU. This may have performance implications. "
+    "(function npu_cpu_fallback)\n"
+)
+ISIN_OUT = "aten::isin.Tensor_Tensor_out"
+SILENCED = {"RANK": "1", "TORCH_NPU_DISABLED_WARNING": "1", "TORCH_NPU_WARNING_DISABLE": "1",
+            "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+# -- the child's environment ----------------------------------------------------------------------
+
+
+def test_every_silencer_is_neutralised_and_the_rest_kept():
+    base = {**SILENCED, "PATH": "/usr/bin", "PYTHONPATH": "/x", verify.FALLBACK_DISABLE: "1"}
+    env = verify.child_environment(base, simulate=False, fallback_disable=False)
+    assert env["RANK"] == "0"
+    for name in ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL",
+                 verify.FALLBACK_DISABLE, verify.AUTOLOAD):
+        assert name not in env
+    assert env["PATH"] == "/usr/bin" and env["PYTHONPATH"] == "/x"
+    assert base["RANK"] == "1"  # the parent's own environment is left alone
+
+
+def test_fallback_disable_and_autoload_are_set_only_when_asked():
+    env = verify.child_environment({}, simulate=True, fallback_disable=True)
+    assert env[verify.FALLBACK_DISABLE] == "1"
+    assert env[verify.AUTOLOAD] == "0"
+    assert verify.AUTOLOAD not in verify.child_environment({}, simulate=False, fallback_disable=True)
+
+
+_names = st.sampled_from([*smoke.SILENCERS, "PATH", "OTHER", verify.FALLBACK_DISABLE])
+
+
+_values = st.text(alphabet="01ERORWNINGinfo ", max_size=6)
+
+
+@given(st.dictionaries(_names, _values), st.booleans(), st.booleans())
+def test_no_environment_leaves_a_silencer_in_the_child(base, simulate, fallback_disable):
+    env = verify.child_environment(base, simulate=simulate, fallback_disable=fallback_disable)
+    assert smoke.silencers(env) == {}
+    assert (env.get(verify.FALLBACK_DISABLE) == "1") is fallback_disable
+
+
+def test_silencers_reads_rank_as_torch_npu_does():
+    assert smoke.silencers({"RANK": "0"}) == {}
+    assert smoke.silencers({"RANK": ""}) == {}
+    assert smoke.silencers({"RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}) == {
+        "RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+# -- reading fd 2 -------------------------------------------------------------------------------------
+
+
+def test_fallback_lines_reads_torch_npus_caution_line():
+    text = "noise\n" + "".join(CAUTION.format(op=op) for op in (ISIN_OUT, "aten::foo", ISIN_OUT))
+    assert verify.fallback_lines(text) == [ISIN_OUT, "aten::foo"]
+    assert verify.fallback_lines("Warning: something else about aten::isin\n") == []
+
+
+def test_refused_ops_reads_the_errors_of_fallback_disable():
+    simulated = ("RuntimeError: CAUTION: The operator 'aten::isin.Scalar_Tensor' is not currently supported "
+                 "on the NPU backend, and falling back to the CPU is disabled by "
+                 "TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
+    real = ("RuntimeError: The operator 'aten::isin.Tensor_Tensor_out' would execute its main computation on "
+            "CPU through dispatcher backend fallback, but CPU fallback is disabled by "
+            "TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
+    assert verify.refused_ops(simulated + "\n" + real) == ["aten::isin.Scalar_Tensor", ISIN_OUT]
+    assert verify.refused_ops("RuntimeError: The operator 'aten::isin' failed") == []
+
+
+# -- judging ------------------------------------------------------------------------------------------
+
+
+def good_report(**changes: Any) -> Dict[str, Any]:
+    """What the smoke test reports when all is well on the simulator (2.1.0.post6 table)."""
+    report = {
+        "silencers": {},
+        "installation": {
+            "site_packages": "/site", "hook_files": ["ascend_env_hook.pth"], "hook_current": True,
+            "hook_started": True, "hook_disabled": False,
+            "patches": {"status": "applied", "code": 0, "transformers": "4.46.3", "drift": []},
+        },
+        "backend": {"kind": "simulator", "release": "2.1.0.post6", "name": "simulated NPU",
+                    "fallback_disable": False},
+        "steps": {
+            "isin": {"overloads": {op: {"ok": True, "error": None} for op in ISIN_OVERLOADS},
+                     "fallbacks": {}},
+            "generate": {"ok": True, "error": None, "fallbacks": {}},
+        },
+        "hook": {"hook_started": True, "disabled": False, "events": ["ascend_env.sim"],
+                 "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Scalar_Tensor"],
+                 "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor_out"],
+                 "errors": []},
+        "warnings": [],
+    }
+    report.update(copy.deepcopy(changes))
+    return report
+
+
+def judged(report: Dict[str, Any], stderr: str = "", strict: bool = False, *more: Smoke) -> Dict[str, Any]:
+    runs = [Smoke("sim", list(smoke.STEPS), report, stderr), *more]
+    return verify.judge(runs, strict, "--simulate was given")
+
+
+def failed(result: Dict[str, Any]) -> Dict[str, str]:
+    return {check["name"]: check["detail"] for check in result["checks"] if not check["ok"]}
+
+
+def test_a_clean_report_passes_and_says_simulator():
+    result = judged(good_report())
+    assert result["ok"] and verify.exit_code(result) == 0
+    assert failed(result) == {}
+    text = verify.format_text(result)
+    assert text.startswith("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table)")
+    assert "--simulate was given" in text
+
+
+def test_an_isin_caution_line_fails():
+    report = good_report()
+    report["steps"]["generate"]["fallbacks"] = {ISIN_OUT: 9}
+    result = judged(report, CAUTION.format(op=ISIN_OUT))
+    assert verify.exit_code(result) == 1
+    assert list(failed(result)) == ["isin fallback"]
+    assert ISIN_OUT in failed(result)["isin fallback"] and "CAUTION line" in failed(result)["isin fallback"]
+
+
+def test_the_line_alone_fails_on_a_real_device():
+    report = good_report(backend={"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910B",
+                                  "fallback_disable": False})
+    result = judged(report, CAUTION.format(op=ISIN_OUT))
+    assert list(failed(result)) == ["isin fallback"]
+    assert verify.format_text(result).startswith("verify: FAILED on npu:0, a real Ascend NPU (Ascend910B")
+
+
+def test_a_counted_fallback_without_its_line_means_something_silenced_it():
+    report = good_report()
+    report["steps"]["isin"]["fallbacks"] = {ISIN_OUT: 2}
+    result = judged(report, stderr="")
+    assert set(failed(result)) == {"fallback line", "isin fallback"}
+    assert "no CAUTION line reached fd 2" in failed(result)["fallback line"]
+
+
+def test_a_refused_fallback_needs_no_line():
+    report = good_report()
+    message = (f"RuntimeError: CAUTION: The operator '{ISIN_OUT}' is not currently supported on the NPU "
+               "backend, and falling back to the CPU is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
+    report["steps"]["isin"]["overloads"]["isin.Tensor_Tensor"] = {"ok": False, "error": message}
+    report["steps"]["isin"].update(fallbacks={ISIN_OUT: 1}, fallback_disable=True)
+    result = judged(report)
+    assert set(failed(result)) == {"isin", "isin fallback"}
+    assert "refused by TORCH_NPU_FALLBACK_CPU_DISABLE" in failed(result)["isin fallback"]
+
+
+def test_a_silencer_left_in_the_child_fails():
+    result = judged(good_report(silencers={"TORCH_CPP_LOG_LEVEL": "ERROR"}))
+    assert list(failed(result)) == ["fallback line"]
+    assert "TORCH_CPP_LOG_LEVEL=ERROR" in failed(result)["fallback line"]
+
+
+def test_a_wrong_result_fails():
+    report = good_report()
+    report["steps"]["isin"]["overloads"]["isin.Scalar_Tensor_out"] = {"ok": False, "error": "[True] differs"}
+    report["steps"]["generate"].update(ok=False, error="the tokens [[1]] differ from the CPU's [[2]]")
+    result = judged(report)
+    assert set(failed(result)) == {"isin", "generate"}
+    assert "isin.Scalar_Tensor_out: [True] differs" in failed(result)["isin"]
+
+
+def test_other_fallbacks_are_findings_unless_strict():
+    report = good_report()
+    report["steps"]["generate"]["fallbacks"] = {"aten::foo": 3}
+    stderr = CAUTION.format(op="aten::foo")
+    lenient = judged(report, stderr)
+    assert lenient["ok"] and lenient["findings"] == ["aten::foo fell back to the CPU (generate, 3 times)"]
+    assert "note  aten::foo fell back" in verify.format_text(lenient)
+    strict = judged(report, stderr, True)
+    assert verify.exit_code(strict) == 1 and list(failed(strict)) == ["strict"]
+
+
+@pytest.mark.parametrize("status", verify.BROKEN_PATCH_STATES)
+def test_broken_patch_states_fail(status):
+    report = good_report()
+    report["installation"]["patches"].update(status=status, code=1, drift=["transformers/x.py changed"])
+    result = judged(report)
+    assert list(failed(result)) == ["patches"]
+    assert failed(result)["patches"].startswith(status)
+
+
+def test_patches_not_applied_pass_when_the_hook_works():
+    report = good_report()
+    report["installation"]["patches"].update(status="not applied", code=0)
+    assert judged(report)["ok"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"hook_files": []}, "not installed"),
+        ({"hook_disabled": True}, "ASCEND_ENV_DISABLE"),
+        ({"hook_current": False}, "differ"),
+        ({"hook_started": False}, "did not run at start-up"),
+    ],
+)
+def test_a_hook_that_did_not_run_fails(change, expected):
+    report = good_report()
+    report["installation"].update(change)
+    result = judged(report)
+    assert list(failed(result)) == ["hook"] and expected in failed(result)["hook"]
+
+
+def test_a_hook_that_registered_too_little_fails():
+    report = good_report()
+    report["hook"]["registered"] = ["isin.Tensor_Tensor"]
+    assert "isin.Tensor_Tensor_out" in failed(judged(report))["hook"]
+
+
+def test_broken_torch_and_missing_report_fail():
+    broken = judged({"silencers": {}, "installation": good_report()["installation"], "steps": {},
+                     "torch_error": "ImportError: no torch", "warnings": []})
+    assert set(failed(broken)) == {"torch", "hook"}
+    crashed = verify.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)])
+    assert "exited -11 without a report" in failed(crashed)["smoke test"]
+
+
+def test_a_second_process_is_judged_with_the_first():
+    first = good_report()
+    first["backend"]["fallback_disable"] = True
+    first["steps"].pop("generate")
+    second = good_report()
+    second["steps"] = {"generate": {"ok": True, "error": None, "fallbacks": {}}}
+    line = CAUTION.format(op="aten::isin.Tensor_Scalar")
+    result = judged(first, "", False, Smoke("npu", ["generate"], second, line))
+    assert result["processes"] == 2 and result["fallback_disable"] is True
+    assert list(failed(result)) == ["isin fallback"]
+
+
+# -- the command, end to end, with a torch that cannot be imported ---------------------------------
+
+
+@pytest.fixture
+def broken_torch(tmp_path: Path) -> Path:
+    """A directory with a ``torch`` whose import fails, noting each importing pid (and autoload)."""
+    root = tmp_path / "broken"
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text(
+        "import os\n"
+        f"with open({str(tmp_path / 'imported')!r}, 'a') as f: f.write(f'{{os.getpid()}}\\n')\n"
+        "raise ImportError('this torch is broken (autoload=' + "
+        "os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD', 'unset') + ')')\n"
+    )
+    return root
+
+
+def run_verify(*args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None) -> tuple:
+    """``python -m ascend_env verify ARGS``: (returncode, stdout, stderr, pid)."""
+    full = {k: v for k, v in os.environ.items() if k not in smoke.SILENCERS}
+    for name, value in (env or {}).items():
+        full[name] = value + os.pathsep + full[name] if name == "PYTHONPATH" and full.get(name) else value
+    command = [sys.executable, "-m", "ascend_env", "verify", *args]
+    process = subprocess.Popen(command, env=full, cwd=cwd, text=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=300)
+    return process.returncode, out, err, process.pid
+
+
+def imported_by(tmp_path: Path) -> List[int]:
+    marker = tmp_path / "imported"
+    return [int(line) for line in marker.read_text().split()] if marker.exists() else []
+
+
+def test_a_broken_torch_import_fails_and_the_parent_never_imports_torch(tmp_path, broken_torch):
+    code, out, err, pid = run_verify("--simulate", "--json", env={"PYTHONPATH": str(broken_torch)})
+    assert code == 1, err
+    result = json.loads(out)
+    assert result["ok"] is False and result["device"] == "simulator"
+    assert "import torch failed: ImportError: this torch is broken (autoload=0)" in failed(result)["torch"]
+    importers = imported_by(tmp_path)
+    assert importers and pid not in importers
+
+
+def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, broken_torch):
+    (broken_torch / "torch_npu").mkdir()
+    (broken_torch / "torch_npu" / "__init__.py").write_text("raise ImportError('libhccl.so: cannot open')\n")
+    code, out, err, _ = run_verify("--json", env={"PYTHONPATH": str(broken_torch)})
+    assert code == 1, err
+    result = json.loads(out)
+    # The real device was tried first (torch imported as usual), then the simulator with autoload off.
+    assert result["simulator_reason"].startswith("torch_npu is installed but did not start (ImportError: "
+                                                 "this torch is broken (autoload=unset)")
+    assert "(autoload=0)" in failed(result)["torch"]
+    assert len(imported_by(tmp_path)) == 2
+    assert "on the simulator" in verify.format_text(result)
+
+
+def test_a_silencer_the_target_python_sets_itself_fails(tmp_path, broken_torch):
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nTORCH_CPP_LOG_LEVEL=ERROR exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    code, out, err, _ = run_verify("--simulate", "--python", str(wrapper), "--json",
+                                   env={"PYTHONPATH": str(broken_torch)})
+    assert code == 1, err
+    assert "TORCH_CPP_LOG_LEVEL=ERROR was still set" in failed(json.loads(out))["fallback line"]
+
+
+def test_silencers_in_the_parent_do_not_reach_the_child(tmp_path, broken_torch):
+    code, out, err, _ = run_verify("--simulate", "--json", env={"PYTHONPATH": str(broken_torch), **SILENCED})
+    assert code == 1, err
+    assert "fallback line" not in failed(json.loads(out))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--torch-npu", "9.9.9"], "no op table for torch_npu '9.9.9'"),
+        (["--python", "/nonexistent/python"], "not an executable file"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_usage_errors_exit_2(args, needle):
+    code, out, err, _ = run_verify(*args)
+    assert code == 2
+    assert needle in err
+
+
+def test_a_python_without_ascend_env_exits_2(tmp_path):
+    wrapper = tmp_path / "python"
+    # -S: no site-packages; -E: no PYTHONPATH. Nothing but the standard library is importable.
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S -E \"$@\"\n")
+    wrapper.chmod(0o755)
+    code, out, err, _ = run_verify("--simulate", "--python", str(wrapper), "--json", cwd=tmp_path)
+    assert code == 2, err
+    result = json.loads(out)
+    assert result["error"] == "EnvironmentProblem" and "cannot import ascend_env" in result["problem"]
