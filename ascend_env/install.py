@@ -84,33 +84,27 @@ def resolve_site_packages(target: Optional[str]) -> Path:
     return path.resolve()
 
 
-def _torch_npu_dir(site_packages: Path, search_sys_path: bool) -> Optional[Path]:
-    if find_distribution(site_packages, "torch_npu") is not None:
-        return site_packages / "torch_npu"
-    if not search_sys_path:
-        return None
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    for name in ("torch_npu", "torch-npu"):
-        try:
-            return Path(str(distribution(name).locate_file("torch_npu")))
-        except PackageNotFoundError:
-            continue
-    return None
-
-
 def isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optional[bool]:
     """Whether ``aten::isin`` would fall back to the CPU: None when torch_npu is not installed.
 
-    Reads torch_npu's op lists; the single place to swap for a fuller detection.
+    Looks for torch_npu in ``site_packages`` (then on ``sys.path`` when ``search_sys_path``) and
+    reads its op lists as ``detect`` does. Raises when they cannot tell.
     """
-    package = _torch_npu_dir(site_packages, search_sys_path)
-    if package is None:
-        return None
-    from ascend_env.oplists import read_torch_npu
+    import sys
 
-    ops = read_torch_npu(package)
-    return not ({"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} & ops)
+    from ascend_env.detect import read_isin, read_package
+
+    paths = [site_packages] + ([Path(p) for p in sys.path if p] if search_sys_path else [])
+    torch_npu = read_package("torch_npu", "torch_npu", paths)
+    if not torch_npu.installed:
+        return None
+    isin = read_isin(torch_npu)
+    if isin.falls_back is None:
+        raise EnvironmentProblem(
+            f"cannot tell whether isin falls back to the CPU: {isin.reason}",
+            "reinstall torch_npu, or choose explicitly with --patches always or --patches never.",
+        )
+    return isin.falls_back
 
 
 def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:

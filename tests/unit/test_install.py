@@ -275,7 +275,7 @@ def test_auto_patches_when_torch_npu_lacks_isin(tmp_path, patches):
 
 
 def test_auto_skips_when_torch_npu_has_isin(tmp_path, patches):
-    site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor_out"])
+    site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor", "isin.Tensor_Tensor_out"])
     report = install(site, patches, patches="auto")
     assert report["result"] == "nothing to do" and "native NPU isin" in report["reason"]
 
@@ -375,3 +375,9 @@ def test_patch_wheel_build_counts_as_its_release_and_is_already_applied(tmp_path
     assert snapshot(site) == before
     report, code = engine.status(site, directory=patches)
     assert (report["status"], code) == ("applied", 0)
+
+
+def test_auto_patches_when_only_the_out_form_is_native(tmp_path, patches):
+    # torch.isin(tensor, tensor) dispatches to the functional overload: without it, isin falls back.
+    site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor_out"])
+    assert install(site, patches, patches="auto")["result"] == "applied"
