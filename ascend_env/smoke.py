@@ -77,6 +77,7 @@ def installation() -> Dict[str, Any]:
         found["patches"] = {
             "status": report.get("status"), "code": code, "transformers": report.get("transformers"),
             "detail": report.get("detail"), "drift": report.get("drift", []), "run": report.get("run"),
+            "files": {item["path"]: item["status"] for item in report.get("files", [])},
         }
     except AscendEnvError as exc:
         found["patches"] = {"status": "unknown", "error": exc.problem, "fix": exc.fix}

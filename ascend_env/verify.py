@@ -293,6 +293,9 @@ def _patches_check(installation: Mapping[str, Any]) -> Dict[str, Any]:
         return _check("patches", False, installation["error"], installation.get("fix"))
     patches = installation.get("patches", {})
     status = patches.get("status")
+    files = patches.get("files") or {}
+    if status == "applied" and files and all(kind == "clean" for kind in files.values()):
+        status = "not applied"  # state recorded by an install --hook-only, every target file unpatched
     where = f"transformers {patches.get('transformers')} in {installation.get('site_packages')}"
     if status in BROKEN_PATCH_STATES:
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))

@@ -214,6 +214,13 @@ def test_patches_not_applied_pass_when_the_hook_works():
     assert judged(report)["ok"]
 
 
+def test_a_hook_only_install_reads_as_not_applied():
+    report = good_report()
+    report["installation"]["patches"]["files"] = {"transformers/pytorch_utils.py": "clean"}
+    patches = next(check for check in judged(report)["checks"] if check["name"] == "patches")
+    assert patches["ok"] and patches["detail"].startswith("not applied: transformers 4.46.3")
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

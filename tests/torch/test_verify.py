@@ -1,0 +1,159 @@
+"""verify end to end on the simulated NPU, in fresh virtual environments as a Docker build has them.
+
+Each environment is a venv (no pip) holding its own transformers 4.46.3 and ascend-env installed
+from a wheel built from this checkout; torch and the other dependencies come from this environment
+through a path ``.pth`` line, which Python puts after the venv's own site-packages. Commands run
+with a minimal environment, stdin closed and no TTY, from a directory outside the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from ascend_env import optables
+from ascend_env.state import read_state
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSFORMERS = "transformers==4.46.3"
+SILENCED = {"RANK": "1", "TORCH_NPU_DISABLED_WARNING": "1", "TORCH_NPU_WARNING_DISABLE": "1",
+            "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """ascend-env as a wheel, built once from this checkout."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)],
+                   check=True, capture_output=True, timeout=600)
+    return next(out.glob("ascend_env-*.whl"))
+
+
+def make_env(root: Path, wheel: Path) -> Path:
+    """A venv with its own transformers and ascend-env (from ``wheel``); returns its bin directory."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-compile", TRANSFORMERS, str(wheel)], check=True, capture_output=True, timeout=600)
+    site = next(root.glob("lib/python*/site-packages"))
+    # This environment's site-packages only (never the checkout); their own .pth files stay unread.
+    ours = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
+    (site / "zz_dependencies.pth").write_text("\n".join(ours) + "\n")
+    return root / "bin"
+
+
+def sh(bin_dir: Path, script: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Run ``script`` as a Docker RUN step would: minimal environment, stdin closed, no TTY."""
+    base = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.environ["HOME"]}
+    for name in ("ASCEND_ENV_CACHE_DIR", "XDG_CACHE_HOME", "CXX"):
+        if name in os.environ:
+            base[name] = os.environ[name]
+    base.update(env or {})
+    return subprocess.run(["sh", "-c", "exec 0<&-\n" + script], env=base, capture_output=True, text=True,
+                          cwd=str(bin_dir.parent), timeout=900)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, wheel) -> Path:
+    """One environment for the tests that set up their own state first."""
+    return make_env(tmp_path_factory.mktemp("verify-env"), wheel)
+
+
+def site_of(bin_dir: Path) -> Path:
+    return next(bin_dir.parent.glob("lib/python*/site-packages"))
+
+
+def test_docker_build_steps_pass_on_the_simulator(tmp_path, wheel, record_property):
+    bin_dir = make_env(tmp_path / "docker", wheel)
+    started = time.monotonic()
+    done = sh(bin_dir, "python -m ascend_env install --patches always && "
+                       "python -m ascend_env verify --torch-npu 2.1.0.post6")
+    record_property("install_and_verify_seconds", round(time.monotonic() - started, 1))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
+            "--torch-npu was given") in done.stdout
+    assert "ok    isin fallback: none" in done.stdout
+    assert "ok    hook: ran at start-up; registered isin.Tensor_Tensor, isin.Tensor_Tensor_out" in done.stdout
+    assert "ok    patches: applied: transformers 4.46.3" in done.stdout
+    assert "\033[" not in done.stdout  # plain text off a TTY
+
+
+def test_drifted_patches_fail(shared):
+    assert sh(shared, "python -m ascend_env install --patches always").returncode == 0
+    state = read_state(site_of(shared))
+    assert state is not None and state.entries
+    target = site_of(shared) / state.entries[0].path
+    original = target.read_bytes()
+    target.write_bytes(original + b"\n# edited after install\n")
+    try:
+        done = sh(shared, "python -m ascend_env verify --torch-npu 2.1.0.post6 --json")
+    finally:
+        target.write_bytes(original)
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    failed = {check["name"]: check for check in result["checks"] if not check["ok"]}
+    assert list(failed) == ["patches"]
+    assert failed["patches"]["detail"].startswith("drifted: transformers 4.46.3")
+    assert f"{state.entries[0].path} changed since ascend-env install" in failed["patches"]["detail"]
+    assert "install" in failed["patches"]["fix"]
+
+
+def test_unpatched_with_the_hook_off_fails_even_with_every_silencer_set(shared):
+    setup = sh(shared, "python -m ascend_env restore && python -m ascend_env install --hook-only")
+    assert setup.returncode == 0, setup.stderr
+    done = sh(shared, "python -m ascend_env verify --torch-npu 2.1.0.post6",
+              {"ASCEND_ENV_DISABLE": "1", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", **SILENCED})
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert out.startswith("verify: FAILED on the simulator")
+    # The silencers were neutralised in the smoke test's process, so torch_npu's line was printed.
+    assert "ok    fallback line: nothing silences it" in out
+    assert ("FAIL  isin fallback: aten::isin.Tensor_Tensor_out fell back to the CPU in generate, isin "
+            "(CAUTION line on fd 2; counted") in out
+    assert "FAIL  hook: the startup hook is turned off by ASCEND_ENV_DISABLE" in out
+    assert "ok    patches: not applied" in out
+    assert out.count("fix: ") == 2
+
+
+@pytest.fixture(scope="module")
+def device_torch_npu(tmp_path_factory) -> Path:
+    """A torch_npu 2.13.0 (metadata, op lists) whose import brings up the simulator as its device."""
+    root = tmp_path_factory.mktemp("device-torch-npu")
+    package = root / "torch_npu"
+    (package / "csrc" / "aten").mkdir(parents=True)
+    ops = sorted(optables.load("2.13.0"))
+    (package / "csrc" / "aten" / "npu_native_functions.yaml").write_text(
+        "supported:\n" + "".join(f"  - {op}\n" for op in ops))
+    (package / "__init__.py").write_text(
+        "from pathlib import Path as _Path\n"
+        "from ascend_env import oplists as _oplists, sim as _sim\n"
+        "__version__ = '2.13.0'\n"
+        "_sim.enable_ops('2.13.0', _oplists.read_torch_npu(_Path(__file__).parent), True)\n"
+    )
+    dist = root / "torch_npu-2.13.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.13.0\n")
+    return root
+
+
+def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(shared, device_torch_npu):
+    assert sh(shared, "python -m ascend_env install --patches always").returncode == 0
+    done = sh(shared, "python -m ascend_env verify --json", {"PYTHONPATH": str(device_torch_npu)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["device"] == "npu" and result["simulator_reason"] is None
+    assert result["release"] == "2.13.0"
+    # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: isin ran under it, generate
+    # in a second process without it.
+    assert result["fallback_disable"] is True and result["processes"] == 2
+    assert result["hook"]["registered"] == ["isin.Scalar_Tensor"]
+    assert [check["name"] for check in result["checks"]] == [
+        "fallback line", "isin", "generate", "isin fallback", "patches", "hook"]
