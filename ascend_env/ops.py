@@ -7,15 +7,19 @@ startup hook and the simulated NPU can register them for ``PrivateUse1``. None o
 (no ``.item()``, ``.tolist()``, ``nonzero()``), or branches on them: the strategy is chosen from
 shapes, dtypes and devices only. :data:`NATIVE_OPS` lists every aten op the kernels dispatch.
 
-Strategies, picked by size as ``torch.isin`` does:
+Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`choose_strategy`):
 
-* one test element: a single ``eq`` (``ne`` for ``invert``);
-* few test elements: a broadcast ``eq`` + ``any`` (``ne`` + ``all``), in chunks of the elements so
-  that the ``N x T`` intermediate never exceeds :data:`CHUNK_BYTES`;
-* 8-bit integers (and 16-bit ones when the inputs are large): a dense lookup table over the whole
-  value range of the dtype, built with ``scatter_`` and read with ``index_select``;
-* otherwise: sort the test elements once, then per chunk of the elements ``searchsorted``
-  (int32 positions), ``index_select`` and ``eq``: ``O((N + T) log T)`` with no ``unique``.
+* ``brute``: one ``eq`` (``ne`` for ``invert``) for one test element; else a broadcast ``eq`` +
+  ``any`` (``ne`` + ``all``), in chunks so that the ``N x T`` intermediate stays within
+  :data:`CHUNK_BYTES`. For few pairs (end-of-sequence ids): two or three ops;
+* ``scan``: a handful of test elements against many elements: one ``eq`` + ``logical_or_`` per
+  test element, over cache-sized chunks;
+* ``table``: 8-bit integers (16-bit ones in bulk): a bool table over the dtype's whole value
+  range, built with ``scatter_`` and read with ``index_select``;
+* ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
+  ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
+* ``sort-both``: as ``search``, with each chunk of elements sorted first and the answers scattered
+  back; faster for many integer elements in random order.
 
 Results equal ``torch.isin`` bit for bit, type promotion included: like native, the comparison runs
 in ``torch.result_type(elements, test_elements)`` (0-dim tensors and Python scalars rank low) when
@@ -61,6 +65,8 @@ CHUNK_BYTES = 1 << 22
 NATIVE_OPS: FrozenSet[str] = frozenset(
     {
         "all.dim",
+        "logical_and_",
+        "logical_or_",
         "where.self",
         "clamp_min_",
         "add_.Tensor",
@@ -126,15 +132,18 @@ _TABLES: Dict[torch.dtype, Tuple[int, int]] = {
     torch.int8: (-(1 << 7), 1 << 8),
     torch.int16: (-(1 << 15), 1 << 16),
 }
-# The fast path of isin_tensor_tensor: same dtype (so no promotion rule applies), fewer than
-# _SMALL_T test elements (native's brute-force path for any elements), at most _SMALL_N elements.
+# The fast path of isin_tensor_tensor: same dtype (so no promotion rule applies) and fewer than
+# _SMALL_T test elements (native's brute-force path for any number of elements).
 _SMALL_DTYPES = frozenset(_PROMOTABLE)
 _SMALL_T = 10
-_SMALL_N = CHUNK_BYTES // _SMALL_T
 # Below this many elements plus test elements a 16-bit table costs more than sort and search.
 _TABLE16_MIN = 1 << 14
-# From this many test elements on, integer elements are sorted before the search.
-_SORT_BOTH_MIN_T = 1 << 12
+# Up to this many element x test pairs, one broadcast eq + any.
+_BROADCAST_MAX = 1 << 16
+# Up to this many test elements (and more pairs), one pass over the elements per test element.
+_SCAN_MAX_T = 16
+# From this many elements on, integer elements are sorted before the search.
+_SORT_BOTH_MIN_N = 1 << 18
 
 
 def isin(
@@ -185,9 +194,11 @@ def isin_tensor_tensor(
     if dtype is test_elements.dtype and dtype in _SMALL_DTYPES and elements.is_contiguous():
         # Few test elements (end-of-sequence ids): two or three ops, no allocation, no flattening.
         t = test_elements.numel()
-        if 0 < t < _SMALL_T and test_elements.dim() == 1 and 0 < elements.numel() <= _SMALL_N:
+        if 0 < t < _SMALL_T and test_elements.dim() == 1 and elements.numel():
             if t == 1 and elements.dim():
                 return torch.ne(elements, test_elements) if invert else torch.eq(elements, test_elements)
+            if elements.numel() * t > _BROADCAST_MAX:
+                return _membership(elements, test_elements, dtype, invert, None)
             if invert:
                 return torch.all(torch.ne(elements.unsqueeze(-1), test_elements), -1)
             return torch.any(torch.eq(elements.unsqueeze(-1), test_elements), -1)
@@ -389,7 +400,7 @@ def _membership(
         test = _cast(test, dtype)
     if strategy is None:
         strategy = choose_strategy(n, t, dtype)
-    if strategy == "brute" and dst is None and n * t <= CHUNK_BYTES and elements.is_contiguous():
+    if strategy == "brute" and dst is None and n * t <= _BROADCAST_MAX and elements.is_contiguous():
         # Small inputs: no allocation, no flattening of the elements.
         if test.dim() != 1:
             test = _flat(test)
@@ -406,12 +417,21 @@ def _membership(
 
 
 def choose_strategy(n: int, t: int, dtype: torch.dtype) -> str:
-    """The strategy for ``n`` elements and ``t`` test elements of ``dtype`` (both non-zero)."""
-    if t == 1 or dtype in _BRUTE_ONLY or _uses_brute_force(n, t):
+    """The strategy for ``n`` elements and ``t`` test elements of ``dtype`` (both non-zero).
+
+    Chosen by size, like native's brute force vs sorting, with the costs measured on the CPU
+    (``bench/isin.py``): few pairs -> ``brute`` (fewest ops); 8-bit integers, or 16-bit ones in
+    bulk -> ``table``; a handful of test elements -> ``scan``; many integer elements ->
+    ``sort-both``; else ``search``. ``search`` is fastest when the elements come sorted (a
+    vocabulary ``arange``), ``sort-both`` when many come in random order.
+    """
+    if t == 1 or dtype in _BRUTE_ONLY or n * t <= _BROADCAST_MAX:
         return "brute"
     if dtype in _TABLES and (dtype.itemsize == 1 or n + t >= _TABLE16_MIN):
         return "table"
-    if t >= _SORT_BOTH_MIN_T and not dtype.is_floating_point:
+    if t <= _SCAN_MAX_T:
+        return "scan"
+    if n >= _SORT_BOTH_MIN_N and not dtype.is_floating_point:
         return "sort-both"
     return "search"
 
@@ -427,6 +447,21 @@ def _brute_force(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> N
     for start in range(0, n, step):
         part = _part(elements, start, min(step, n - start))
         reduce(compare(part.unsqueeze(-1), test), -1, out=_part(dst, start, part.numel()))
+
+
+def _scan(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
+    """One ``eq`` and ``logical_or_`` (``ne``, ``logical_and_``) per test element, over chunks small
+    enough to stay in cache across the passes."""
+    compare, combine = (torch.ne, Tensor.logical_and_) if invert else (torch.eq, Tensor.logical_or_)
+    n, t = elements.numel(), test.numel()
+    step = max(1, CHUNK_BYTES // 64)
+    scratch = torch.empty(min(step, n), dtype=torch.bool, device=elements.device)
+    for start in range(0, n, step):
+        length = min(step, n - start)
+        part, out = _part(elements, start, length), _part(dst, start, length)
+        compare(part, _part(test, 0, 1), out=out)
+        for index in range(1, t):
+            combine(out, compare(part, _part(test, index, 1), out=_part(scratch, 0, length)))
 
 
 def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
@@ -498,6 +533,7 @@ def _sorted(test: Tensor) -> Tensor:
 #: one dtype (``"table"`` only for the dtypes in ``_TABLES``).
 STRATEGIES: Dict[str, Callable[[Tensor, Tensor, bool, Tensor], None]] = {
     "brute": _brute_force,
+    "scan": _scan,
     "table": _lookup_table,
     "search": _search,
     "sort-both": _sort_both,

@@ -276,7 +276,7 @@ def test_every_strategy_is_exact(case, invert, into_buffer):
 @pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int8])
 def test_lookup_table_covers_the_whole_range(dtype):
     info = torch.iinfo(dtype)
-    elements = torch.arange(info.min, info.max + 1).to(dtype)
+    elements = torch.arange(info.min, info.max + 1).to(dtype).repeat(4)
     test = torch.tensor([info.min, info.max, 0, -1, 1, 77]).to(dtype).repeat(20)
     assert ops.choose_strategy(elements.numel(), test.numel(), dtype) == "table"
     for invert in (False, True):
@@ -285,8 +285,10 @@ def test_lookup_table_covers_the_whole_range(dtype):
 
 def test_strategy_choice_by_size():
     assert ops.choose_strategy(64, 8, torch.int64) == "brute"
-    assert ops.choose_strategy(64, 1, torch.float32) == "brute"
+    assert ops.choose_strategy(10**6, 1, torch.float32) == "brute"
+    assert ops.choose_strategy(152064, 10, torch.int64) == "scan"
     assert ops.choose_strategy(32000, 1000, torch.int64) == "search"
+    assert ops.choose_strategy(64 * 4096, 100, torch.int64) == "sort-both"
     assert ops.choose_strategy(10**7, 10**5, torch.int64) == "sort-both"
     assert ops.choose_strategy(10**7, 10**5, torch.float32) == "search"
     assert ops.choose_strategy(100, 1000, torch.uint8) == "table"
@@ -483,11 +485,12 @@ def test_native_ops_is_exactly_what_is_dispatched():
         (torch.arange(10), torch.arange(6).view(2, 3).t(), None),
         (torch.arange(10), torch.tensor([], dtype=torch.int64), None),
         (torch.tensor([], dtype=torch.int64), torch.arange(4), None),
-        (torch.arange(10, dtype=torch.int8), torch.arange(100, dtype=torch.int8), None),
-        (torch.arange(10, dtype=torch.int32), torch.arange(100.0), None),
+        (torch.arange(1000, dtype=torch.int8), torch.arange(100, dtype=torch.int8), None),
+        (torch.arange(1000, dtype=torch.int32), torch.arange(100.0), None),
         (torch.arange(10), torch.arange(100), "search"),
         (torch.arange(10), torch.arange(100), "sort-both"),
         (torch.arange(10), torch.arange(100), "brute"),
+        (torch.arange(100), torch.arange(5), "scan"),
         (3, torch.arange(100), None),
         (torch.arange(10), 3, None),
     ]

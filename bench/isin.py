@@ -1,0 +1,167 @@
+"""Benchmark ``ascend_env.ops.isin`` against native ``torch.isin`` on the CPU, side by side.
+
+Usage::
+
+    python bench/isin.py [--rounds 15] [--threads 1] [--quick] [--only GROUP]
+
+Every candidate runs on the same tensors in the same rounds (their order rotating per round);
+each figure is the median over the rounds of the time per call, and is printed as a ratio to
+native ``torch.isin``. Candidates:
+
+* ``ours``: ``ascend_env.ops.isin``;
+* ``seed patch``: ``torch.tensor([e in test.tolist() for e in elements.flatten()])``, the
+  monkey patch this project replaces; where it would take minutes, it is timed on a prefix of the
+  elements and scaled to all of them (marked ``~``);
+* ``mps_friendly``: transformers' ``isin_mps_friendly`` as called on the CPU (it calls
+  ``torch.isin``);
+* ``mps branch``: the tile/eq/sum formula ``isin_mps_friendly`` uses where ``isin`` is missing
+  (needs N*T memory; skipped past 2e8 pairs).
+
+Not a test: timings depend on the machine and its load. Ratios come from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from ascend_env.ops import isin
+
+Case = Tuple[str, str, torch.Tensor, torch.Tensor]
+
+# A call of the seed patch is timed on at most this many element x test comparisons.
+SEED_BUDGET = 20_000
+MPS_BRANCH_MAX_PAIRS = 2 * 10**8
+
+
+def seed_patch(elements: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([e in test.tolist() for e in elements.flatten()])
+
+
+def mps_branch(elements: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+    flat = elements.reshape(-1)
+    return flat.tile(test.shape[0], 1).eq(test.unsqueeze(1)).sum(dim=0).bool().squeeze()
+
+
+def mps_friendly() -> Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    try:
+        from transformers.pytorch_utils import isin_mps_friendly
+    except ImportError:
+        return None
+    return isin_mps_friendly
+
+
+def cases(quick: bool) -> List[Case]:
+    generator = torch.Generator().manual_seed(0)
+
+    def ids(high: int, *shape: int) -> torch.Tensor:
+        return torch.randint(0, high, shape, generator=generator)
+
+    found: List[Case] = []
+    for b in (1, 8, 64):
+        for t in (1, 2, 8):
+            found.append(("eos", f"B={b} T={t}", ids(32000, b), ids(32000, t)))
+    for v in (32000, 152064):
+        for t in (10, 1000, 10000):
+            found.append(("vocab", f"arange({v}) T={t}", torch.arange(v), ids(v, t)))
+    for t in (1, 100, 10000, 100000):
+        found.append(("large", f"64x4096 T={t}", ids(32000, 64, 4096), ids(32000, t)))
+    if not quick:
+        found.append(("large", "1e7 x 1e5, ids < 2**31", ids(2**31, 10**7), ids(2**31, 10**5)))
+        found.append(("large", "1e7 x 1e5, ids < 1e6", ids(10**6, 10**7), ids(10**6, 10**5)))
+    return found
+
+
+def calls_for(func: Callable[[], object], target_s: float = 0.002) -> int:
+    """How many calls make one timing of about ``target_s``."""
+    start = time.perf_counter()
+    func()
+    once = time.perf_counter() - start
+    return max(1, min(10_000, int(target_s / max(once, 1e-7))))
+
+
+def measure(candidates: Dict[str, Callable[[], object]], rounds: int, budget_s: float) -> Dict[str, float]:
+    """Median seconds per call of each candidate, interleaved round by round."""
+    loops = {name: calls_for(func) for name, func in candidates.items()}
+    samples: Dict[str, List[float]] = {name: [] for name in candidates}
+    names = list(candidates)
+    deadline = time.perf_counter() + budget_s
+    for round_ in range(rounds):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            func, count = candidates[name], loops[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                func()
+            samples[name].append((time.perf_counter() - start) / count)
+        if round_ >= 2 and time.perf_counter() > deadline:
+            break
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def seed_estimate(elements: torch.Tensor, test: torch.Tensor) -> Tuple[float, bool]:
+    """Seconds per call of the seed patch, and whether it was scaled from a prefix."""
+    flat = elements.reshape(-1)
+    prefix = max(1, min(flat.numel(), SEED_BUDGET // max(1, test.numel())))
+    part = flat[:prefix]
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        seed_patch(part, test)
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings) * flat.numel() / prefix, prefix < flat.numel()
+
+
+def ratio(value: Optional[float], base: float, approx: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{'~' if approx else ''}{value / base:.2f}x"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="timing rounds per case (median)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--budget", type=float, default=20.0, help="seconds per case, at least 3 rounds")
+    parser.add_argument("--quick", action="store_true", help="skip the 1e7 x 1e5 cases")
+    parser.add_argument("--only", choices=["eos", "vocab", "large"], help="one group of cases")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    friendly = mps_friendly()
+
+    print(f"torch {torch.__version__}, {args.threads} thread(s), median of up to {args.rounds} rounds")
+    print()
+    print("| case | native | ours | seed patch | ours vs seed | mps_friendly | mps branch |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for group, label, elements, test in cases(args.quick):
+        if args.only and group != args.only:
+            continue
+        if not torch.equal(isin(elements, test), torch.isin(elements, test)):
+            raise SystemExit(f"ascend_env.ops.isin differs from torch.isin on {label}")
+        candidates: Dict[str, Callable[[], object]] = {
+            "native": lambda e=elements, t=test: torch.isin(e, t),
+            "ours": lambda e=elements, t=test: isin(e, t),
+        }
+        if friendly is not None:
+            candidates["mps_friendly"] = lambda e=elements, t=test: friendly(e, t)
+        if elements.numel() * test.numel() <= MPS_BRANCH_MAX_PAIRS:
+            candidates["mps branch"] = lambda e=elements, t=test: mps_branch(e, t)
+        times = measure(candidates, args.rounds, args.budget)
+        seed, scaled = seed_estimate(elements, test)
+        base = times["native"]
+        print(
+            f"| {group}: {label} | {base * 1e6:,.1f} µs | {ratio(times['ours'], base)} "
+            f"| {ratio(seed, base, scaled)} | {'~' if scaled else ''}{seed / times['ours']:,.0f}x faster "
+            f"| {ratio(times.get('mps_friendly'), base)} | {ratio(times.get('mps branch'), base)} |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
