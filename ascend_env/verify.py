@@ -22,8 +22,11 @@ says why. On the simulator the fd-2 line is cross-checked against the simulator'
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,8 +113,6 @@ def run_smoke(
     options: Options, device: str, steps: Sequence[str], env: Mapping[str, str]
 ) -> Smoke:
     """Run ``python -m ascend_env.smoke`` once and collect its report and fd 2."""
-    import json
-
     smoke = Smoke(device=device, steps=list(steps))
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
@@ -152,11 +153,13 @@ def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> Dic
     from ascend_env import optables
 
     environ = os.environ if environ is None else environ
-    if options.torch_npu:
-        options.torch_npu = optables.canonical(options.torch_npu)  # UsageError for an unknown release
-    if not (os.path.isfile(options.python) and os.access(options.python, os.X_OK)):
+    python = shutil.which(options.python) or options.python
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise UsageError(f"--python {options.python}: not an executable file.",
                          "pass the path of a Python interpreter, e.g. /opt/venv/bin/python")
+    # An unknown release raises UsageError here, before any process starts.
+    release = optables.canonical(options.torch_npu) if options.torch_npu else None
+    options = dataclasses.replace(options, python=python, torch_npu=release)
     reason = None
     if options.simulate or options.torch_npu:
         reason = "--torch-npu was given" if options.torch_npu else "--simulate was given"
@@ -165,7 +168,8 @@ def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> Dic
     first = run_smoke(options, device, STEPS,
                       child_environment(environ, simulate=device == "sim", fallback_disable=True))
     if device == "auto" and "device_error" in first.report:
-        reason = f"torch_npu is installed but did not start ({first.report['device_error']})"
+        why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
+        reason = f"torch_npu is installed but did not start ({why})"
         device = "sim"
         first = run_smoke(options, device, STEPS,
                           child_environment(environ, simulate=True, fallback_disable=True))
