@@ -70,9 +70,9 @@ def table(results: Dict[str, Dict[str, int]]) -> str:
             groups.append((ops, [version]))
     lines = ["| torch_npu op table | ops that fall back during generation |", "|---|---|"]
     for ops, versions in groups:
-        span = versions[0]
-        if len(versions) > 1:
-            span = f"{versions[0]} ... {versions[-1]} ({len(versions)} releases)"
+        span = ", ".join(versions)
+        if len(versions) > 3:
+            span = f"{versions[0]} to {versions[-1]} ({len(versions)} releases)"
         lines.append(f"| {span} | {', '.join(f'`{op}`' for op in ops) or 'none'} |")
     return "\n".join(lines)
 
