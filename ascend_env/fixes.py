@@ -5,7 +5,10 @@ Each fix names the op, the kernel from :mod:`ascend_env.ops` that replaces the C
 only from ops that every torch_npu release runs natively), why it is needed, and the torch_npu
 releases that lack a native kernel. The runtime hook registers a fix only where
 ``torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1")`` says the kernel is missing,
-so ``releases`` documents the need; it never overrides a native kernel.
+and only where the op would really reach the fallback: a functional overload such as
+``isin.Tensor_Tensor`` has a composite kernel that calls its ``out=`` form, so it falls back
+only when that ``out=`` form has no NPU kernel either (``when_missing`` lists both). The
+``releases`` field documents the need; a native kernel is never overridden.
 """
 
 from __future__ import annotations
@@ -21,14 +24,9 @@ _ISIN_REASON = (
     "assisted decoding); without an NPU kernel each call is a device->host copy, a CPU run and a "
     "copy back."
 )
-_SCALAR_ISIN_REASON = (
-    "torch.isin(scalar, tensor) dispatches to this overload, which no torch_npu release registers "
-    "(only its out= form), so it always falls back to the CPU."
-)
 # torch_npu 2.1.0.post3 to 2.1.0.post6, every 2.2.x, and 2.3.1 lack aten::isin.Tensor_Tensor(_out);
 # 2.1.0.post8, 2.3.1.post2 and 2.4.0 on have it. Checked against the op tables in ascend_env.optables.
 _TENSOR_TENSOR_MISSING: Tuple[str, ...] = ("<2.1.0.post8", ">=2.2.0,<2.3.1.post2")
-_EVERY_RELEASE: Tuple[str, ...] = ("",)  # the empty specifier set matches every version
 _NO_KNOWN_RELEASE: Tuple[str, ...] = ()
 
 
@@ -39,14 +37,15 @@ class Fix:
     op: str  # "isin.Tensor_Tensor_out", as in aten::isin.Tensor_Tensor_out
     kernel: str  # key of ascend_env.ops.ATEN_KERNELS
     reason: str
-    releases: Tuple[str, ...]  # PEP 440 specifier sets, any of which matches a release that lacks op
+    releases: Tuple[str, ...]  # PEP 440 specifier sets, any of which matches a release that needs it
+    when_missing: Tuple[str, ...]  # the op falls back when none of these has an NPU kernel
 
     @property
     def qualified_name(self) -> str:
         return f"aten::{self.op}"
 
     def needed_by(self, release: Optional[str]) -> Optional[bool]:
-        """Whether torch_npu ``release`` lacks the op (None when the release is unknown)."""
+        """Whether the op falls back on torch_npu ``release`` (None when the release is unknown)."""
         if release is None:
             return None
         try:
@@ -56,12 +55,19 @@ class Fix:
         return any(version in SpecifierSet(spec, prereleases=True) for spec in self.releases)
 
 
+def _fix(op: str, out: Optional[str], releases: Tuple[str, ...]) -> Fix:
+    """A fix for ``op``; a functional ``op`` falls back only when its ``out=`` form does too."""
+    return Fix(op, op, _ISIN_REASON, releases, (op,) if out is None else (op, out))
+
+
 FIXES: Tuple[Fix, ...] = (
-    Fix("isin.Tensor_Tensor", "isin.Tensor_Tensor", _ISIN_REASON, _TENSOR_TENSOR_MISSING),
-    Fix("isin.Tensor_Tensor_out", "isin.Tensor_Tensor_out", _ISIN_REASON, _TENSOR_TENSOR_MISSING),
-    Fix("isin.Scalar_Tensor", "isin.Scalar_Tensor", _SCALAR_ISIN_REASON, _EVERY_RELEASE),
-    # Natively registered by every known release; registered only for a build that lacks them.
-    Fix("isin.Tensor_Scalar", "isin.Tensor_Scalar", _ISIN_REASON, _NO_KNOWN_RELEASE),
-    Fix("isin.Tensor_Scalar_out", "isin.Tensor_Scalar_out", _ISIN_REASON, _NO_KNOWN_RELEASE),
-    Fix("isin.Scalar_Tensor_out", "isin.Scalar_Tensor_out", _ISIN_REASON, _NO_KNOWN_RELEASE),
+    _fix("isin.Tensor_Tensor", "isin.Tensor_Tensor_out", _TENSOR_TENSOR_MISSING),
+    _fix("isin.Tensor_Tensor_out", None, _TENSOR_TENSOR_MISSING),
+    # Natively registered by every known release (isin.Scalar_Tensor itself is in none, but its
+    # composite kernel calls the native isin.Scalar_Tensor_out); registered only for a build
+    # that lacks them.
+    _fix("isin.Tensor_Scalar", "isin.Tensor_Scalar_out", _NO_KNOWN_RELEASE),
+    _fix("isin.Tensor_Scalar_out", None, _NO_KNOWN_RELEASE),
+    _fix("isin.Scalar_Tensor", "isin.Scalar_Tensor_out", _NO_KNOWN_RELEASE),
+    _fix("isin.Scalar_Tensor_out", None, _NO_KNOWN_RELEASE),
 )

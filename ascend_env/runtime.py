@@ -4,7 +4,8 @@
 fix in :mod:`ascend_env.fixes` whose op has no ``PrivateUse1`` kernel, it registers the
 replacement kernel from :mod:`ascend_env.ops` with ``torch.library``. Ops that already have a
 kernel (a native one, or one registered earlier) are left alone, so PyTorch never warns
-"Overriding a previously registered kernel". :func:`status` is the in-process record.
+"Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
+one (their composite kernel calls it). :func:`status` is the in-process record.
 
 This module imports torch; only the hook's :func:`ascend_env._boot.notify` and tests import it.
 """
@@ -89,13 +90,20 @@ def activate(source: str) -> List[str]:
     from ascend_env import fixes, ops
 
     RECORD.release = backend_release(source) or RECORD.release
-    registered = []
+    # Decide every fix before registering any: registering an out= kernel changes whether its
+    # functional overload still falls back.
+    wanted = []
     for fix in fixes.FIXES:
         try:
-            if has_kernel(fix.op):
-                if fix.op not in RECORD.registered and fix.op not in RECORD.native:
-                    RECORD.native.append(fix.op)
-                continue
+            if all(not has_kernel(op) for op in fix.when_missing):
+                wanted.append(fix)
+            elif fix.op not in RECORD.registered and fix.op not in RECORD.native:
+                RECORD.native.append(fix.op)
+        except Exception as exc:
+            RECORD.errors.append(f"{fix.op}: {type(exc).__name__}: {exc}")
+    registered = []
+    for fix in wanted:
+        try:
             if RECORD.library is None:
                 RECORD.library = torch.library.Library("aten", "IMPL")
             RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.kernel], DISPATCH_KEY)
@@ -111,7 +119,10 @@ def activate(source: str) -> List[str]:
 
 
 def status() -> Dict[str, Any]:
-    """The in-process record of the startup hook and of what it registered."""
+    """The in-process record of the startup hook and of what it registered.
+
+    ``native`` lists the fixes left alone: their op has an NPU kernel, or its ``out=`` form has.
+    """
     return {
         "hook_started": _boot.STATE.started,
         "disabled": _boot.STATE.disabled,

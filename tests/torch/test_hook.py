@@ -18,7 +18,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env import hook, optables
+from ascend_env import fixes, hook, optables
 from ascend_env.oplists import ISIN_OVERLOADS
 
 CAUTION = "CAUTION: The operator 'aten::isin"
@@ -116,11 +116,9 @@ def test_kill_switch_brings_the_fallback_back(hooked_env):
 def test_native_isin_is_left_alone_on_2_4_0(hooked_env):
     report, stderr = smoke(hooked_env, ENABLE_SIM.format(table="2.4.0"))
     assert report["equal"] == [True] * 5
-    table = optables.load("2.4.0")
-    # 2.4.0 has every isin overload but the functional Scalar_Tensor (no release has that one).
-    assert report["status"]["registered"] == [op for op in ISIN_OVERLOADS if op not in table]
-    assert "isin.Scalar_Tensor" not in table
-    assert set(report["status"]["native"]) == {op for op in ISIN_OVERLOADS if op in table}
+    # 2.4.0 runs every isin overload natively (isin.Scalar_Tensor through its native out= form).
+    assert report["status"]["registered"] == []
+    assert set(report["status"]["native"]) == set(ISIN_OVERLOADS)
     assert report["fallbacks"] == {}
     assert OVERRIDE not in stderr
 
@@ -195,7 +193,8 @@ TABLES = optables.releases() if os.environ.get("ASCEND_ENV_ALL_TABLES") == "1" e
 def test_every_op_table(hooked_env, table):
     report, stderr = smoke(hooked_env, ENABLE_SIM.format(table=table))
     assert report["equal"] == [True] * 5
-    missing = [op for op in ISIN_OVERLOADS if op not in optables.load(table)]
-    assert report["status"]["registered"] == missing
+    ops = optables.load(table)
+    falling_back = [fix.op for fix in fixes.FIXES if all(op not in ops for op in fix.when_missing)]
+    assert report["status"]["registered"] == falling_back
     assert not any(op.startswith("aten::isin") for op in report["fallbacks"]), report["fallbacks"]
     assert CAUTION not in stderr and OVERRIDE not in stderr
