@@ -17,6 +17,7 @@ from ascend_env import cann as cann_mod
 from ascend_env import compat, distributions
 from ascend_env import driver as driver_mod
 from ascend_env.exceptions import AscendEnvError
+from ascend_env.fixes import FIXES
 from ascend_env.oplists import ISIN_OVERLOADS, read_torch_npu
 
 SCHEMA = 1
@@ -188,7 +189,10 @@ def read_isin(torch_npu: Package) -> Isin:
         return Isin(reason=f"unknown: {exc.problem}")
     native = [op for op in ISIN_OVERLOADS if op in ops]
     missing = [op for op in ISIN_OVERLOADS if op not in ops]
-    lacking = [op for op in FALLBACK_OPS if op in missing]
+    # A functional overload without a kernel still runs natively through its out= form.
+    lacking = [
+        fix.op for fix in FIXES if fix.op in FALLBACK_OPS and all(op in missing for op in fix.when_missing)
+    ]
     if lacking:
         reason = (
             f"torch_npu {torch_npu.version} has no NPU kernel for {', '.join(lacking)}: every "

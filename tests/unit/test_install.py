@@ -377,7 +377,12 @@ def test_patch_wheel_build_counts_as_its_release_and_is_already_applied(tmp_path
     assert (report["status"], code) == ("applied", 0)
 
 
-def test_auto_patches_when_only_the_out_form_is_native(tmp_path, patches):
-    # torch.isin(tensor, tensor) dispatches to the functional overload: without it, isin falls back.
+def test_auto_skips_when_only_the_out_form_is_native(tmp_path, patches):
+    # The functional overload's composite kernel calls the native out= form: no fallback.
     site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor_out"])
+    assert install(site, patches, patches="auto")["result"] == "nothing to do"
+
+
+def test_auto_patches_when_the_out_form_is_missing(tmp_path, patches):
+    site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor"])
     assert install(site, patches, patches="auto")["result"] == "applied"
