@@ -596,8 +596,10 @@ def status(
                 status="drifted", drift=lines, run="ascend-env install (re-applies), or ascend-env restore"
             )
             return report, 1
-        report["status"] = "applied"
-        return report, 0
+        if any(entry.kind == "patch" for entry in state.entries):
+            report["status"] = "applied"
+            return report, 0
+        # Only the startup hook was installed: the release's files say the rest.
     outcome = inspection.outcome
     if isinstance(outcome, NothingToDo):
         report.update(status="nothing to do", detail=f"transformers {dist.version}: {outcome.why}")
@@ -606,7 +608,8 @@ def status(
         raise _unknown(dist, directory)
     kinds = {f.status for f in inspection.files}
     if kinds == {"applied"}:
-        report.update(status="applied", detail="patched before ascend-env ran (no state recorded)")
+        detail = "patched outside ascend-env (no state recorded for them)"
+        report.update(status="applied", detail=detail)
         return report, 0
     if kinds == {"clean"}:
         needed = isin_falls_back(site_packages, search_sys_path)

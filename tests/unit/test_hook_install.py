@@ -168,3 +168,14 @@ def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     result = status_in(python, "--patches-dir", str(patches))
     assert result.returncode == 1
     assert "differ" in result.stdout
+
+
+def test_status_after_hook_only_says_the_patches_are_not_applied(site, patches):
+    assert (
+        run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)).returncode
+        == 0
+    )
+    result = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
+    report = json.loads(result.stdout)
+    assert report["status"] == "not applied"
+    assert {item["status"] for item in report["files"]} == {"clean"}
