@@ -191,17 +191,17 @@ def isin_tensor_tensor(
 ) -> Tensor:
     """``aten::isin.Tensor_Tensor``."""
     dtype = elements.dtype
-    if dtype is test_elements.dtype and dtype in _SMALL_DTYPES and elements.is_contiguous():
-        # Few test elements (end-of-sequence ids): two or three ops, no allocation, no flattening.
-        t = test_elements.numel()
-        if 0 < t < _SMALL_T and test_elements.dim() == 1 and elements.numel():
+    t = test_elements.numel()
+    if 0 < t < _SMALL_T and dtype is test_elements.dtype and dtype in _SMALL_DTYPES:
+        # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
+        # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
+        n = elements.numel()
+        if 0 < n * t <= _BROADCAST_MAX and test_elements.dim() == 1 and elements.is_contiguous():
             if t == 1 and elements.dim():
-                return torch.ne(elements, test_elements) if invert else torch.eq(elements, test_elements)
-            if elements.numel() * t > _BROADCAST_MAX:
-                return _membership(elements, test_elements, dtype, invert, None)
+                return elements.ne(test_elements) if invert else elements.eq(test_elements)
             if invert:
-                return torch.all(torch.ne(elements.unsqueeze(-1), test_elements), -1)
-            return torch.any(torch.eq(elements.unsqueeze(-1), test_elements), -1)
+                return elements.unsqueeze(-1).ne(test_elements).all(-1)
+            return elements.unsqueeze(-1).eq(test_elements).any(-1)
     if dtype in _UNSUPPORTED or test_elements.dtype in _UNSUPPORTED:
         _check_dtype(dtype)
         _check_dtype(test_elements.dtype)

@@ -5,8 +5,8 @@ Usage::
     python bench/isin.py [--rounds 15] [--threads 1] [--quick] [--only GROUP]
 
 Every candidate runs on the same tensors in the same rounds (their order rotating per round);
-each figure is the median over the rounds of the time per call, and is printed as a ratio to
-native ``torch.isin``. Candidates:
+each figure is the median over the rounds of its time per call divided by native ``torch.isin``'s
+in the same round. The seed patch is timed apart (three calls, median). Candidates:
 
 * ``ours``: ``ascend_env.ops.isin``;
 * ``seed patch``: ``torch.tensor([e in test.tolist() for e in elements.flatten()])``, the
@@ -85,8 +85,14 @@ def calls_for(func: Callable[[], object], target_s: float = 0.002) -> int:
     return max(1, min(10_000, int(target_s / max(once, 1e-7))))
 
 
-def measure(candidates: Dict[str, Callable[[], object]], rounds: int, budget_s: float) -> Dict[str, float]:
-    """Median seconds per call of each candidate, interleaved round by round."""
+def measure(
+    candidates: Dict[str, Callable[[], object]], rounds: int, budget_s: float
+) -> Tuple[float, Dict[str, float]]:
+    """Native's median seconds per call, and each candidate's median ratio to native.
+
+    Candidates are timed one after the other in each round, and each ratio is taken within a
+    round, so that load from other processes, which comes and goes, hits both sides alike.
+    """
     loops = {name: calls_for(func) for name, func in candidates.items()}
     samples: Dict[str, List[float]] = {name: [] for name in candidates}
     names = list(candidates)
@@ -101,7 +107,12 @@ def measure(candidates: Dict[str, Callable[[], object]], rounds: int, budget_s: 
             samples[name].append((time.perf_counter() - start) / count)
         if round_ >= 2 and time.perf_counter() > deadline:
             break
-    return {name: statistics.median(values) for name, values in samples.items()}
+    native = samples["native"]
+    ratios = {
+        name: statistics.median(value / base for value, base in zip(values, native))
+        for name, values in samples.items()
+    }
+    return statistics.median(native), ratios
 
 
 def seed_estimate(elements: torch.Tensor, test: torch.Tensor) -> Tuple[float, bool]:
@@ -117,10 +128,10 @@ def seed_estimate(elements: torch.Tensor, test: torch.Tensor) -> Tuple[float, bo
     return statistics.median(timings) * flat.numel() / prefix, prefix < flat.numel()
 
 
-def ratio(value: Optional[float], base: float, approx: bool = False) -> str:
+def ratio(value: Optional[float], approx: bool = False) -> str:
     if value is None:
         return "n/a"
-    return f"{'~' if approx else ''}{value / base:.2f}x"
+    return f"{'~' if approx else ''}{value:.2f}x"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -151,13 +162,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             candidates["mps_friendly"] = lambda e=elements, t=test: friendly(e, t)
         if elements.numel() * test.numel() <= MPS_BRANCH_MAX_PAIRS:
             candidates["mps branch"] = lambda e=elements, t=test: mps_branch(e, t)
-        times = measure(candidates, args.rounds, args.budget)
+        base, ratios = measure(candidates, args.rounds, args.budget)
         seed, scaled = seed_estimate(elements, test)
-        base = times["native"]
+        ours = base * ratios["ours"]
         print(
-            f"| {group}: {label} | {base * 1e6:,.1f} µs | {ratio(times['ours'], base)} "
-            f"| {ratio(seed, base, scaled)} | {'~' if scaled else ''}{seed / times['ours']:,.0f}x faster "
-            f"| {ratio(times.get('mps_friendly'), base)} | {ratio(times.get('mps branch'), base)} |",
+            f"| {group}: {label} | {base * 1e6:,.1f} µs | {ratio(ratios['ours'])} "
+            f"| {ratio(seed / base, scaled)} | {'~' if scaled else ''}{seed / ours:,.0f}x faster "
+            f"| {ratio(ratios.get('mps_friendly'))} | {ratio(ratios.get('mps branch'))} |",
             flush=True,
         )
     return 0

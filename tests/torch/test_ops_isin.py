@@ -575,3 +575,45 @@ def test_peak_memory_is_bounded_by_chunks(numel, tests, dtype):
     assert torch.equal(out, torch.isin(elements, test))
     bound = 3 * ops.CHUNK_BYTES + 32 * tests
     assert meter.peak <= bound < numel * tests // 4
+
+
+# -- on the simulated NPU -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "elements, test",
+    [
+        (torch.tensor([[5, 7], [9, 2]]), torch.tensor([2, 5])),
+        (torch.arange(4000), torch.tensor([3, 70, 3999, -1])),
+        (torch.arange(1000, dtype=torch.int8), torch.tensor([1, -3, 7] * 40, dtype=torch.int8)),
+        (torch.arange(3000), torch.arange(0, 6000, 7)),
+        (torch.arange(1 << 18), torch.arange(0, 6000, 7)),
+        (torch.tensor([0.0, -0.0, math.nan, 1.5] * 500), torch.tensor([0.0, math.nan, 2.0] * 40)),
+        (torch.tensor([2**24, 2**24 + 1] * 10, dtype=torch.int32), torch.arange(200.0)),
+        (3, torch.arange(100)),
+    ],
+)
+def test_runs_natively_on_the_simulated_npu(npu, elements, test):
+    """No op reaches the CPU fallback of a torch_npu release that lacks isin."""
+    from ascend_env import sim
+
+    on_npu = [x.to(npu) if isinstance(x, torch.Tensor) else x for x in (elements, test)]
+    want = reference(elements, test, False)
+    sim.reset()
+    got = isin(*on_npu)
+    inverted = isin(*on_npu, invert=True)
+    assert not sim.fallbacks(), dict(sim.fallbacks())
+    assert got.device.type == npu and torch.equal(got.cpu(), want)
+    assert torch.equal(inverted.cpu(), ~want)
+
+
+def test_simulated_npu_counts_fallbacks(npu):
+    """The check above can fail: native isin, missing from the release's table, is counted."""
+    from ascend_env import optables, sim
+
+    assert "isin.Tensor_Tensor_out" not in optables.load(sim.enabled_table())
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::isin.Tensor_Tensor_out", "PrivateUse1"):
+        pytest.skip("an isin kernel is registered for the NPU in this process")
+    sim.reset()
+    torch.isin(torch.arange(5).to(npu), torch.tensor([1, 2]).to(npu))
+    assert sim.fallbacks()["aten::isin.Tensor_Tensor_out"] == 1
