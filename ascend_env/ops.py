@@ -65,6 +65,10 @@ CHUNK_BYTES = 1 << 22
 NATIVE_OPS: FrozenSet[str] = frozenset(
     {
         "all.dim",
+        "cumsum",
+        "gt.Scalar",
+        "scatter_add_",
+        "zeros",
         "logical_and_",
         "logical_or_",
         "where.self",
@@ -478,22 +482,39 @@ def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
 
 
 def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
-    """Like :func:`_search`, with each chunk of elements sorted first.
+    """Sort each chunk of elements too, answer in sorted order, and scatter the answers back.
 
-    Searching sorted values keeps ``searchsorted`` on a predictable path through the test
-    elements; with many test elements that saves more than sorting (a radix sort for integers)
-    and scattering the answers back costs.
+    With few test elements per chunk (integers), each test element's run of equal elements is
+    found with two ``searchsorted`` and marked with ``scatter_add_`` + ``cumsum``: ``O(T log N)``
+    searches instead of ``O(N log T)``. Otherwise the sorted elements are searched in the sorted
+    test elements, which keeps ``searchsorted`` on a predictable path.
     """
-    compare = torch.ne if invert else torch.eq
     ordered = _sorted(test)
-    last = test.numel() - 1
-    n = elements.numel()
+    t, n = test.numel(), elements.numel()
     step = max(1, CHUNK_BYTES // (13 + 2 * elements.element_size()))
     for start in range(0, n, step):
         part = _part(elements, start, min(step, n - start))
+        length = part.numel()
         values, order = torch.sort(part)
-        position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(last)
-        _part(dst, start, part.numel()).scatter_(0, order, compare(ordered.index_select(0, position), values))
+        if 4 * t <= length and not values.is_floating_point():
+            hit = _mark_runs(values, ordered, invert)
+        else:
+            compare = torch.ne if invert else torch.eq
+            position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(t - 1)
+            hit = compare(ordered.index_select(0, position), values)
+        _part(dst, start, length).scatter_(0, order, hit)
+
+
+def _mark_runs(values: Tensor, ordered: Tensor, invert: bool) -> Tensor:
+    """Per sorted value (integers): whether it equals a test element (``ordered``, sorted)."""
+    n = values.numel()
+    first = torch.searchsorted(values, ordered)
+    stop = torch.searchsorted(values, ordered, right=True)
+    depth = torch.zeros(n + 1, dtype=torch.int32, device=values.device)
+    depth.scatter_add_(0, first, torch.full(first.shape, 1, dtype=torch.int32, device=values.device))
+    depth.scatter_add_(0, stop, torch.full(stop.shape, -1, dtype=torch.int32, device=values.device))
+    covered = _part(torch.cumsum(depth, 0, dtype=torch.int32), 0, n)
+    return covered.eq(0) if invert else covered.gt(0)
 
 
 def _lookup_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:

@@ -489,6 +489,7 @@ def test_native_ops_is_exactly_what_is_dispatched():
         (torch.arange(1000, dtype=torch.int32), torch.arange(100.0), None),
         (torch.arange(10), torch.arange(100), "search"),
         (torch.arange(10), torch.arange(100), "sort-both"),
+        (torch.arange(1000), torch.arange(0, 100, 7), "sort-both"),
         (torch.arange(10), torch.arange(100), "brute"),
         (torch.arange(100), torch.arange(5), "scan"),
         (3, torch.arange(100), None),
