@@ -110,8 +110,9 @@ def good_report(**changes: Any) -> Dict[str, Any]:
             "generate": {"ok": True, "error": None, "fallbacks": {}},
         },
         "hook": {"hook_started": True, "disabled": False, "events": ["ascend_env.sim"],
-                 "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Scalar_Tensor"],
-                 "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor_out"],
+                 "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
+                 "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor",
+                            "isin.Scalar_Tensor_out"],
                  "errors": []},
         "warnings": [],
     }

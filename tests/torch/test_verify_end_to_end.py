@@ -154,6 +154,7 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: isin ran under it, generate
     # in a second process without it.
     assert result["fallback_disable"] is True and result["processes"] == 2
-    assert result["hook"]["registered"] == ["isin.Scalar_Tensor"]
+    # 2.13.0 runs every isin overload natively (isin.Scalar_Tensor through its out= form).
+    assert result["hook"]["registered"] == []
     assert [check["name"] for check in result["checks"]] == [
         "fallback line", "isin", "generate", "isin fallback", "patches", "hook"]
