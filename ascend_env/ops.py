@@ -18,8 +18,13 @@ Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`c
   range, built with ``scatter_`` and read with ``index_select``;
 * ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
   ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
-* ``sort-both``: as ``search``, with each chunk of elements sorted first and the answers scattered
+* ``sort-both``: each chunk of elements sorted too, answered in sorted order (each test element's
+  run of equal elements found with two ``searchsorted`` and marked by ``scatter_add_`` +
+  ``cumsum``, or the sorted elements searched in the sorted test elements), the answers scattered
   back; faster for many integer elements in random order.
+
+Positions are int32 wherever the op allows (``searchsorted``, ``index_select``, ``cumsum``); only
+``sort`` indices and ``scatter_`` indices are int64, as those ops require.
 
 Results equal ``torch.isin`` bit for bit, type promotion included: like native, the comparison runs
 in ``torch.result_type(elements, test_elements)`` (0-dim tensors and Python scalars rank low) when
