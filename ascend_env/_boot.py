@@ -1,15 +1,19 @@
 """The startup hook: wait, cheaply, for torch_npu or the simulator, then register NPU fixes.
 
-A ``.pth`` line (Python <= 3.14) or a PEP 829 ``.start`` entry point (Python >= 3.15) calls
-:func:`main` in every process of the target interpreter. Start-up must stay cheap, so this module
-imports nothing beyond ``sys`` and ``os``: :func:`main` only puts a finder at the front of
+``install`` copies this file into site-packages as the top-level module ``ascend_env_hook``
+(one import at start-up, not two: no package to import first), and a ``.pth`` line (Python <=
+3.14) or a PEP 829 ``.start`` entry point (Python >= 3.15) calls its :func:`main` in every process
+of the target interpreter. Start-up must stay cheap, so this module imports nothing beyond
+``sys`` and ``os``, and nothing of ascend_env until a backend appears: :func:`main` only puts a
+finder at the front of
 ``sys.meta_path``. When ``torch_npu`` is imported (directly, or autoloaded by ``import torch``
 through its ``torch.backends`` entry point), the finder wraps its loader so that, once the module
 has run, :func:`notify` registers the fixes of :mod:`ascend_env.runtime`. The simulator calls
 :func:`notify` itself at the end of ``ascend_env.sim.enable()``.
 
-Nothing here may break a process: every exception is swallowed and kept in :data:`STATE`.
-``ASCEND_ENV_DISABLE=1`` turns the whole hook off.
+Nothing here may break a process: every exception is swallowed and kept in :data:`STATE`, so a
+hook left behind by an ascend-env that is gone stays silent. ``ASCEND_ENV_DISABLE=1`` turns the
+whole hook off.
 """
 
 import os

@@ -1,40 +1,47 @@
 """The startup hook's files in a site-packages directory.
 
-Two files call :func:`ascend_env._boot.main` at interpreter start-up: ``ascend_env_hook.pth``, whose
-import line Python <= 3.14 runs, and the PEP 829 ``ascend_env_hook.start`` entry point, which
-Python >= 3.15 runs instead (a ``.start`` file disables the import lines of the ``.pth`` file
-with the same name). The ``.pth`` line swallows an ``ImportError``, so a hook left behind by an
-ascend-env that is gone costs one failed import and prints nothing.
+Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env._boot` (standard library only);
+``ascend_env_hook.pth``, whose import line Python <= 3.14 runs; and the PEP 829
+``ascend_env_hook.start`` entry point, which Python >= 3.15 runs instead (a ``.start`` file turns
+off the import lines of the ``.pth`` file with the same name). The module is self-contained, so
+the hook stays silent even when ascend_env itself is gone; ``install`` writes the three together
+and ``restore`` and ``pip uninstall ascend-env`` remove them together.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Dict, List
+from types import ModuleType
+from typing import Dict, List, Optional
 
 NAME = "ascend_env_hook"
+MODULE_FILE = NAME + ".py"
 PTH_FILE = NAME + ".pth"
 START_FILE = NAME + ".start"
 
 PTH_TEXT = (
     "# ascend-env startup hook: registers an NPU isin when torch_npu lacks one. "
     "Remove with: python -m ascend_env restore\n"
-    'import sys; exec("try:\\n import ascend_env._boot as b\\nexcept Exception:\\n b = None\\n'
-    'if b is not None:\\n b.main()")\n'
+    f"import {NAME}; {NAME}.main()\n"
 )
-START_TEXT = (
-    "# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\nascend_env._boot:main\n"
-)
+START_TEXT = f"# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\n{NAME}:main\n"
+
+
+def running() -> Optional[ModuleType]:
+    """The hook module that started in this process, if any."""
+    return sys.modules.get(NAME)
 
 
 def files() -> Dict[str, bytes]:
     """The hook's files, by name relative to site-packages."""
-    return {PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
+    source = Path(__file__).with_name("_boot.py").read_bytes()
+    return {MODULE_FILE: source, PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
 
 
 def installed(site_packages: Path) -> List[str]:
     """The hook's files present in ``site_packages``."""
-    return [name for name in files() if (site_packages / name).is_file()]
+    return sorted(name for name in files() if (site_packages / name).is_file())
 
 
 def is_current(site_packages: Path) -> bool:
@@ -49,7 +56,7 @@ def is_current(site_packages: Path) -> bool:
 # torch_npu (when installed) was imported?
 _PROBE = """
 import importlib.util, json, sys
-boot = sys.modules.get("ascend_env._boot")
+boot = sys.modules.get("ascend_env_hook")
 report = {"ran": bool(boot and boot.STATE.started), "disabled": bool(boot and boot.STATE.disabled)}
 if report["ran"] and not report["disabled"]:
     if importlib.util.find_spec("torch_npu") is None:

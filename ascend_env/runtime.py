@@ -7,7 +7,7 @@ kernel (a native one, or one registered earlier) are left alone, so PyTorch neve
 "Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
 one (their composite kernel calls it). :func:`status` is the in-process record.
 
-This module imports torch; only the hook's :func:`ascend_env._boot.notify` and tests import it.
+This module imports torch; only the hook's ``notify`` (:mod:`ascend_env._boot`) and tests import it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
-from ascend_env import _boot
+from ascend_env import hook
 
 DISPATCH_KEY = "PrivateUse1"
 
@@ -123,14 +123,16 @@ def status() -> Dict[str, Any]:
 
     ``native`` lists the fixes left alone: their op has an NPU kernel, or its ``out=`` form has.
     """
+    boot = hook.running()
+    state = boot.STATE if boot is not None else None
     return {
-        "hook_started": _boot.STATE.started,
-        "disabled": _boot.STATE.disabled,
-        "waiting_for": _boot.WATCHED if _boot.STATE.finder in sys.meta_path else None,
-        "events": list(_boot.STATE.events),
+        "hook_started": state is not None and state.started,
+        "disabled": state is not None and state.disabled,
+        "waiting_for": boot.WATCHED if state is not None and state.finder in sys.meta_path else None,
+        "events": list(state.events) if state is not None else [],
         "release": RECORD.release,
         "registered": list(RECORD.registered),
         "native": list(RECORD.native),
         "drift": list(RECORD.drift),
-        "errors": list(_boot.STATE.errors) + list(RECORD.errors),
+        "errors": (list(state.errors) if state is not None else []) + list(RECORD.errors),
     }

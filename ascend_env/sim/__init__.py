@@ -83,7 +83,7 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     # --- backend ready -------------------------------------------------------------------------
     # The simulated "npu" backend is now fully registered (device module, kernels, fallback):
     # tell the startup hook, when it runs in this process, as torch_npu's import would.
-    boot = sys.modules.get("ascend_env._boot")
+    boot = sys.modules.get("ascend_env_hook")
     if boot is not None:
         boot.notify("ascend_env.sim")
 

@@ -1,7 +1,8 @@
 """The startup hook's stdlib half: cheap at start-up, waits for torch_npu, never breaks a process.
 
-Every test runs a fresh interpreter whose site directory holds the hook files, so the ``.pth``
-line runs exactly as it does in a user's environment. No torch is needed: a fake ``torch_npu``
+Every test runs a fresh interpreter whose site directory holds the hook files (the module
+``ascend_env_hook``, a copy of ``ascend_env/_boot.py``, and its ``.pth``/``.start`` files), so the
+``.pth`` line runs exactly as it does in a user's environment. No torch is needed: a fake ``torch_npu``
 package stands in, and what the hook does once it appears is recorded, error or not.
 """
 
@@ -55,7 +56,7 @@ def write_fake_torch_npu(root: Path) -> None:
 
 REPORT = (
     "import json, sys\n"
-    "b = sys.modules.get('ascend_env._boot')\n"
+    "b = sys.modules.get('ascend_env_hook')\n"
     "print(json.dumps(None if b is None else {'started': b.STATE.started, 'disabled': b.STATE.disabled,"
     " 'events': b.STATE.events, 'errors': b.STATE.errors,"
     " 'finder': any(type(f).__name__ == '_Finder' for f in sys.meta_path)}))\n"
@@ -116,42 +117,54 @@ def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Pat
 def test_calling_main_twice_is_harmless(tmp_path: Path):
     write_hook(tmp_path)
     code = (
-        "import ascend_env._boot as b\nb.main(); b.main()\n"
+        "import ascend_env_hook as b\nb.main(); b.main()\n"
         "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path))"
     )
     result = run_python(tmp_path, code)
     assert result.stdout.strip() == "1"
 
 
-def test_stale_hook_is_silent(tmp_path: Path):
-    # ascend-env removed without `restore`: the .pth line finds no ascend_env and must say nothing.
+def test_hook_left_behind_without_ascend_env_is_silent(tmp_path: Path):
+    # ascend-env removed without `restore`: the self-contained hook module still starts, and when
+    # torch_npu appears its failure to import ascend_env is recorded, not printed.
     write_hook(tmp_path)
-    result = run_python(tmp_path, "print('alive', 'ascend_env' in sys.modules)", path=None)
+    pkgs = tmp_path / "pkgs"
+    pkgs.mkdir()
+    write_fake_torch_npu(pkgs)
+    code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\n" + REPORT
+    result = run_python(tmp_path, code + "print('ascend_env' in sys.modules)", path=None)
     assert result.returncode == 0
-    assert result.stdout.strip() == "alive False"
     assert result.stderr == ""
+    state_line, imported = result.stdout.splitlines()
+    state = json.loads(state_line)
+    assert state["events"] == ["torch_npu"]
+    assert any("ascend_env" in error for error in state["errors"])
+    assert imported == "False"
 
 
 def test_broken_ascend_env_is_silent(tmp_path: Path):
     write_hook(tmp_path)
     broken = tmp_path / "broken"
     (broken / "ascend_env").mkdir(parents=True)
-    (broken / "ascend_env" / "__init__.py").write_text("")
-    (broken / "ascend_env" / "_boot.py").write_text("raise ImportError('half-removed')\n")
-    result = run_python(tmp_path, "print('alive', 'ascend_env._boot' in sys.modules)", path=str(broken))
+    (broken / "ascend_env" / "__init__.py").write_text("raise ImportError('half-removed')\n")
+    write_fake_torch_npu(broken)
+    code = "import torch_npu\n" + REPORT
+    result = run_python(tmp_path, code, path=str(broken))
     assert result.returncode == 0
-    assert result.stdout.strip() == "alive False"
     assert "Traceback" not in result.stderr
+    assert any("half-removed" in error for error in json.loads(result.stdout)["errors"])
 
 
 def test_start_file_names_the_entry_point():
     # PEP 829: `<name>.start` holds `pkg.mod:callable` lines and shares the .pth file's name.
     start = hook.files()[hook.START_FILE].decode()
     entries = [line for line in start.splitlines() if line and not line.startswith("#")]
-    assert entries == ["ascend_env._boot:main"]
-    module, _, func = entries[0].partition(":")
-    assert callable(getattr(__import__(module, fromlist=[func]), func))
-    assert Path(hook.PTH_FILE).stem == Path(hook.START_FILE).stem
+    assert entries == ["ascend_env_hook:main"]
+    assert Path(hook.PTH_FILE).stem == Path(hook.START_FILE).stem == Path(hook.MODULE_FILE).stem
+
+
+def test_the_installed_module_is_the_boot_source():
+    assert hook.files()[hook.MODULE_FILE] == Path(_boot.__file__).read_bytes()
 
 
 def test_disabled_values():
