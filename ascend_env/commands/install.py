@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ascend_env import install as engine
+from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
 from ascend_env.output import write_json, write_text
 
@@ -23,14 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="install only the startup hook that registers the NPU isin (same as --patches never)",
     )
-    parser.add_argument(
-        "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="a patches directory with manifest.json (default: the shipped one)",
-    )
+    add_target(parser)
+    add_patches_dir(parser)
 
 
 def describe(report: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ascend_env.commands import add_patches_dir
 from ascend_env.exceptions import UsageError
 from ascend_env.output import write_json, write_text
 from ascend_env.wheels import patch_wheel
@@ -22,11 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the N of the local version X+ascend.N (default 1); raise it for each rebuild that differs",
     )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="a patches directory with manifest.json (default: the shipped one)",
-    )
+    add_patches_dir(parser)
 
 
 def run(args: argparse.Namespace) -> int:

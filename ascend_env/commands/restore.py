@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 
 from ascend_env import install as engine
+from ascend_env.commands import add_target
 from ascend_env.output import write_json, write_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
-    parser.add_argument(
-        "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
-    )
+    add_target(parser)
 
 
 def run(args: argparse.Namespace) -> int:

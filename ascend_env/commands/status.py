@@ -9,6 +9,7 @@ from typing import List, Tuple
 
 from ascend_env import hook
 from ascend_env import install as engine
+from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.output import write_json, write_text
 
 
@@ -38,14 +39,8 @@ def describe_hook(hook_status: dict) -> List[str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target", metavar="DIR", help="the site-packages directory (default: transformers')"
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="a patches directory with manifest.json (default: the shipped one)",
-    )
+    add_target(parser)
+    add_patches_dir(parser)
 
 
 def hook_report(site_packages: Path) -> Tuple[dict, int]:
