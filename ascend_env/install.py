@@ -31,7 +31,7 @@ from ascend_env.manifest import (
     read_patch_text,
 )
 from ascend_env.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
-from ascend_env.state import Entry, State, drift, read_state, state_dir
+from ascend_env.state import Entry, State, drift, read_file, read_state, state_dir
 
 __all__ = [
     "PATCH_MODES",
@@ -409,7 +409,7 @@ def plan_install(
                 "(a symbolic link, or a path that leaves it).",
                 f"remove {path} if it is a link, then run the command again.",
             )
-        current = path.read_bytes() if path.is_file() else None
+        current = read_file(path)
         add(name, "extra", current, data)
     for path, entry in old_entries.items():
         entries.setdefault(path, entry)
@@ -482,7 +482,7 @@ def plan_restore(site_packages: Path) -> Plan:
     record_entries = []
     for entry in state.entries:
         current_path = site_packages / entry.path
-        current = current_path.read_bytes() if current_path.is_file() else None
+        current = read_file(current_path)
         digest = None if current is None else sha256_hex(current)
         if entry.kind == "record":
             record_entries.append((entry, current, digest))

@@ -34,12 +34,21 @@ def state_dir(site_packages: Path) -> Path:
     return Path(site_packages) / DIRECTORY
 
 
-def file_sha256(path: Path) -> Optional[str]:
-    """The sha256 hex of the file at ``path``, or None when there is no such file."""
+def read_file(path: Path) -> Optional[bytes]:
+    """The bytes of the file at ``path``, or None when there is no such file.
+
+    One read, no separate existence check: another run may remove the file at any moment.
+    """
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return path.read_bytes()
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
+
+
+def file_sha256(path: Path) -> Optional[str]:
+    """The sha256 hex of the file at ``path``, or None when there is no such file."""
+    data = read_file(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -193,9 +193,9 @@ def as_nobody(argv: list) -> subprocess.CompletedProcess:
         pytest.skip("needs root and setpriv to run as an unprivileged user")
     prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
     env = {**os.environ, "HOME": "/"}
-    probe = subprocess.run([*prefix, "-c", "import ascend_env"], capture_output=True, text=True,
+    probe = subprocess.run([*prefix, "-m", "ascend_env", "--version"], capture_output=True, text=True,
                            timeout=120, env=env)
-    if probe.returncode != 0:  # e.g. a libpython or ascend_env under a home only root may read
+    if probe.returncode != 0:  # e.g. a libpython, a venv or a dependency under a home only root reads
         pytest.skip(f"this interpreter cannot run ascend_env as nobody: {probe.stderr.strip()[-200:]}")
     return subprocess.run([*prefix, "-m", "ascend_env", *argv], capture_output=True, text=True,
                           timeout=120, env=env)
