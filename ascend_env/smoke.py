@@ -83,7 +83,7 @@ def installation() -> Dict[str, Any]:
         found["patches"] = {"status": "unknown", "error": exc.problem, "fix": exc.fix}
     found["hook_files"] = hook.installed(site)
     found["hook_current"] = hook.is_current(site)
-    boot = sys.modules.get("ascend_env_hook")  # imported at start-up by the hook's .pth line
+    boot = hook.running()  # imported at start-up by the hook's .pth line
     found["hook_started"] = bool(boot is not None and boot.STATE.started)
     found["hook_disabled"] = bool(boot is not None and boot.STATE.disabled)
     return found
