@@ -47,6 +47,13 @@ def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             continue  # removed between mkdir and open: try again
+        except FileExistsError:
+            if directory.exists() and not directory.is_dir():
+                raise EnvironmentProblem(
+                    f"{directory} is a file, not ascend-env's state directory, so nothing was changed.",
+                    f"move it away (mv {directory} {directory}.bak) and run the command again.",
+                ) from None
+            continue  # another run removed the directory while mkdir looked at it: try again
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise _read_only(directory, exc) from None

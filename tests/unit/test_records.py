@@ -163,6 +163,37 @@ def test_lock_survives_its_directory_being_removed(tmp_path):
     assert acquired == [True]
 
 
+def test_lock_retries_when_its_directory_vanishes_during_mkdir(tmp_path, monkeypatch):
+    # mkdir(exist_ok=True) raises FileExistsError when the directory existed at mkdir but was
+    # removed (by a racing restore) before its is_dir() check: the lock must try again.
+    from pathlib import Path
+
+    directory = tmp_path / ".ascend-env"
+    real_mkdir = Path.mkdir
+    calls = []
+
+    def racing_mkdir(self, *args, **kwargs):
+        if self == directory and not calls:
+            calls.append(1)
+            raise FileExistsError(17, "File exists", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", racing_mkdir)
+    with locked(directory, timeout=5):
+        assert (directory / "lock").exists()
+    assert calls == [1]
+
+
+def test_lock_refuses_a_file_in_place_of_its_directory(tmp_path):
+    directory = tmp_path / ".ascend-env"
+    directory.write_text("not a directory")
+    with pytest.raises(EnvironmentProblem, match="is a file") as info:
+        with locked(directory, timeout=1):
+            pass
+    assert "mv " in info.value.fix
+    assert directory.read_text() == "not a directory"
+
+
 def test_shipped_manifest_and_patches_are_valid():
     from ascend_env.diffs import parse_patch
     from ascend_env.manifest import patches_dir, read_patch_text
