@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
 from ascend_env.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
@@ -311,6 +311,18 @@ class Plan:
     report: dict = field(default_factory=dict)
 
 
+def _settled(plan: Callable[[], Plan]) -> Plan:
+    """``plan()`` outside the lock, tried once more if it fails.
+
+    A run holding the lock may change what the plan reads while it reads it (a finishing
+    ``restore`` removes ``.ascend-env`` and its stored bytes). A second failure is real.
+    """
+    try:
+        return plan()
+    except AscendEnvError:
+        return plan()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
@@ -441,7 +453,7 @@ def install(
     kwargs = dict(
         patches=patches, directory=directory, extra_files=extra_files, search_sys_path=search_sys_path
     )
-    plan = plan_install(site_packages, **kwargs)
+    plan = _settled(lambda: plan_install(site_packages, **kwargs))
     if dry_run:
         if plan.report["result"] == "applied":
             plan.report["result"] = "would apply"
@@ -543,7 +555,7 @@ def plan_restore(site_packages: Path) -> Plan:
 
 def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
     """Put back the recorded original bytes and remove ascend-env's files and state."""
-    plan = plan_restore(site_packages)
+    plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
         if plan.report["result"] == "restored":
             plan.report["result"] = "would restore"

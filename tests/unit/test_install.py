@@ -386,3 +386,32 @@ def test_auto_skips_when_only_the_out_form_is_native(tmp_path, patches):
 def test_auto_patches_when_the_out_form_is_missing(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor"])
     assert install(site, patches, patches="auto")["result"] == "applied"
+
+
+def test_a_plan_that_fails_once_outside_the_lock_is_read_again(site, patches, monkeypatch):
+    # A finishing restore removes .ascend-env while a racing run reads it: that run reads again.
+    install(site, patches)
+    real, calls = engine.plan_restore, []
+
+    def flaky(site_packages):
+        calls.append(1)
+        if len(calls) == 1:
+            raise EnvironmentProblem("the recorded bytes are missing or damaged.", "retry")
+        return real(site_packages)
+
+    monkeypatch.setattr(engine, "plan_restore", flaky)
+    assert engine.restore(site)["result"] == "restored"
+    assert (site / STOP_PATH).read_text() == STOPPING
+
+
+def test_a_plan_that_fails_twice_is_refused(site, patches, monkeypatch):
+    install(site, patches)
+    before = snapshot(site)
+
+    def broken(site_packages):
+        raise EnvironmentProblem("the recorded bytes are missing or damaged.", "reinstall")
+
+    monkeypatch.setattr(engine, "plan_restore", broken)
+    with pytest.raises(EnvironmentProblem, match="missing or damaged"):
+        engine.restore(site)
+    assert snapshot(site) == before
