@@ -360,7 +360,10 @@ def needs_recovery(site_packages: Path) -> bool:
     except (OSError, ValueError, EnvironmentProblem):
         return True
     keep = {entry.before for entry in state.entries if entry.before}
-    return any(path.name not in keep for path in originals.iterdir())
+    try:
+        return any(path.name not in keep for path in originals.iterdir())
+    except FileNotFoundError:  # a finishing restore removed it meanwhile
+        return False
 
 
 def blob_map(items: Iterable[bytes]) -> Dict[str, bytes]:
