@@ -14,7 +14,6 @@ that write point; the labels are listed in :data:`CRASH_POINTS`.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -24,7 +23,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.state import JOURNAL_FILE, ORIGINALS, STATE_FILE, TMP, State, state_dir
+from ascend_env.records import sha256_hex
+from ascend_env.state import JOURNAL_FILE, ORIGINALS, STATE_FILE, TMP, State, file_sha256, state_dir
 
 __all__ = ["CRASH_ENV", "CRASH_POINTS", "Change", "Journal", "commit", "crash_point", "recover"]
 
@@ -90,9 +90,6 @@ class Journal:
                 f"then delete {Path(source).parent}.",
             ) from None
 
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -168,10 +165,10 @@ def _discard(site_packages: Path) -> None:
 
 def store_blob(site_packages: Path, data: bytes) -> str:
     """Keep ``data`` in ``originals/`` under its sha256; returns the hash."""
-    digest = _sha256(data)
+    digest = sha256_hex(data)
     directory = state_dir(site_packages) / ORIGINALS
     path = directory / digest
-    if _file_hash(path) != digest:
+    if file_sha256(path) != digest:
         directory.mkdir(exist_ok=True)
         write_atomic(path, data, state_dir(site_packages) / TMP)
     return digest
@@ -184,7 +181,7 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
         data = path.read_bytes()
     except OSError:
         data = None
-    if data is None or _sha256(data) != digest:
+    if data is None or sha256_hex(data) != digest:
         raise EnvironmentProblem(
             f"the recorded bytes {path} are missing or damaged.",
             "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
@@ -193,16 +190,9 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
     return data
 
 
-def _file_hash(path: Path) -> Optional[str]:
-    try:
-        return _sha256(path.read_bytes())
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 def _apply_change(site_packages: Path, change: Change, index: int) -> None:
     path = site_packages / change.path
-    current = _file_hash(path)
+    current = file_sha256(path)
     if current == change.after:
         return
     if current != change.before:
@@ -289,7 +279,7 @@ def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) ->
         raise ValueError(f"commit: no bytes for {missing}")
     try:
         for digest in sorted(needed):
-            if _sha256(blobs[digest]) != digest:
+            if sha256_hex(blobs[digest]) != digest:
                 raise ValueError(f"commit: bytes do not hash to {digest}")
             store_blob(site_packages, blobs[digest])
             crash_point("blob")
@@ -368,4 +358,4 @@ def needs_recovery(site_packages: Path) -> bool:
 
 def blob_map(items: Iterable[bytes]) -> Dict[str, bytes]:
     """``{sha256: bytes}`` for ``items``."""
-    return {_sha256(data): data for data in items}
+    return {sha256_hex(data): data for data in items}
