@@ -116,12 +116,12 @@ def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:
     """
     from ascend_env import hook
 
-    files = hook.files()
+    hook_files = hook.files()
     own = find_distribution(site_packages, "ascend-env")
-    if own is not None:
-        record = (site_packages / own.record_path).read_bytes()
-        files[own.record_path] = add_rows(record, hook.files())
-    return files
+    if own is None:
+        return hook_files
+    record = (site_packages / own.record_path).read_bytes()
+    return {**hook_files, own.record_path: add_rows(record, hook_files)}
 
 
 # -- classification ------------------------------------------------------------------------------
