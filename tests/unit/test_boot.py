@@ -54,6 +54,15 @@ def write_fake_torch_npu(root: Path) -> None:
     (package / "__init__.py").write_text("__version__ = '2.1.0.post6'\nLOADED = True\n")
 
 
+def hooked_site_with_torch_npu(tmp_path: Path) -> Path:
+    """Write the hook into ``tmp_path`` and a fake torch_npu into ``tmp_path/pkgs``; return pkgs."""
+    write_hook(tmp_path)
+    pkgs = tmp_path / "pkgs"
+    pkgs.mkdir()
+    write_fake_torch_npu(pkgs)
+    return pkgs
+
+
 REPORT = (
     "import json, sys\n"
     "b = sys.modules.get('ascend_env_hook')\n"
@@ -84,10 +93,7 @@ def test_kill_switch_skips_everything(tmp_path: Path):
 
 
 def test_waits_for_torch_npu_then_notifies_and_steps_aside(tmp_path: Path):
-    write_hook(tmp_path)
-    pkgs = tmp_path / "pkgs"
-    pkgs.mkdir()
-    write_fake_torch_npu(pkgs)
+    pkgs = hooked_site_with_torch_npu(tmp_path)
     code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\nassert torch_npu.LOADED\n" + REPORT
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
@@ -99,10 +105,7 @@ def test_waits_for_torch_npu_then_notifies_and_steps_aside(tmp_path: Path):
 def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Path):
     # Without torch in this interpreter's path, registering the fixes fails: the import of
     # torch_npu must still succeed, silently, with the error kept in the record.
-    write_hook(tmp_path)
-    pkgs = tmp_path / "pkgs"
-    pkgs.mkdir()
-    write_fake_torch_npu(pkgs)
+    pkgs = hooked_site_with_torch_npu(tmp_path)
     (pkgs / "torch").mkdir()
     (pkgs / "torch" / "__init__.py").write_text("raise RuntimeError('broken torch for the test')\n")
     code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\n" + REPORT
@@ -127,10 +130,7 @@ def test_calling_main_twice_is_harmless(tmp_path: Path):
 def test_hook_left_behind_without_ascend_env_is_silent(tmp_path: Path):
     # ascend-env removed without `restore`: the self-contained hook module still starts, and when
     # torch_npu appears its failure to import ascend_env is recorded, not printed.
-    write_hook(tmp_path)
-    pkgs = tmp_path / "pkgs"
-    pkgs.mkdir()
-    write_fake_torch_npu(pkgs)
+    pkgs = hooked_site_with_torch_npu(tmp_path)
     code = f"sys.path.insert(0, {str(pkgs)!r})\nimport torch_npu\n" + REPORT
     result = run_python(tmp_path, code + "print('ascend_env' in sys.modules)", path=None)
     assert result.returncode == 0
