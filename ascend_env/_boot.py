@@ -1,101 +1,103 @@
 """The startup hook: wait, cheaply, for torch_npu or the simulator, then register NPU fixes.
 
 ``install`` copies this file into site-packages as the top-level module ``ascend_env_hook``
-(one import at start-up, not two: no package to import first), and a ``.pth`` line (Python <=
-3.14) or a PEP 829 ``.start`` entry point (Python >= 3.15) calls its :func:`main` in every process
-of the target interpreter. Start-up must stay cheap, so this module imports nothing beyond
-``sys`` and ``os``, and nothing of ascend_env until a backend appears: :func:`main` only puts a
-finder at the front of
-``sys.meta_path``. When ``torch_npu`` is imported (directly, or autoloaded by ``import torch``
-through its ``torch.backends`` entry point), the finder wraps its loader so that, once the module
-has run, :func:`notify` registers the fixes of :mod:`ascend_env.runtime`. The simulator calls
-:func:`notify` itself at the end of ``ascend_env.sim.enable()``.
+(one import at start-up, not two: no package to import first). In every process of the target
+interpreter, a ``.pth`` line (Python <= 3.14) imports it, and imported under that name it calls
+:func:`main` itself; a PEP 829 ``.start`` entry point (Python >= 3.15) imports it and calls
+:func:`main`, which does nothing the second time. The ``.pth`` line is only ``import
+ascend_env_hook``: site compiles it each time it reads the file, twice in a virtual environment.
+
+Start-up must stay cheap (``bench/startup.py``), so at import this module defines a few functions
+and one record, and :func:`main` only puts the module itself at the front of ``sys.meta_path``:
+its :func:`find_spec` makes it a finder that answers for one name. No class is created, nothing is
+imported beyond ``sys`` (``os`` only inside a function), and nothing of ascend_env until a backend
+appears. When ``torch_npu`` is imported (directly, or autoloaded by ``import torch`` through its
+``torch.backends`` entry point), the finder steps aside and wraps its loader so that, once the
+module has run, :func:`notify` registers the fixes of :mod:`ascend_env.runtime`. The simulator
+calls :func:`notify` itself at the end of ``ascend_env.sim.enable()``.
 
 Nothing here may break a process: every exception is swallowed and kept in :data:`STATE`, so a
 hook left behind by an ascend-env that is gone stays silent. ``ASCEND_ENV_DISABLE=1`` turns the
 whole hook off.
 """
 
-import os
 import sys
 
 DISABLE_VARIABLE = "ASCEND_ENV_DISABLE"
 WATCHED = "torch_npu"
 
-
-class _State:
-    """What the hook did in this process (read by ``ascend_env.runtime.status()``)."""
-
-    def __init__(self):
-        self.started = False  # main() ran
-        self.disabled = False  # main() ran and the kill switch was set
-        self.finder = None
-        self.events = []  # sources notified, in order ("torch_npu", "ascend_env.sim")
-        self.errors = []  # "Type: message" of every swallowed exception
+#: What the hook did in this process (read by ``ascend_env.runtime.status()``): ``started``
+#: (:func:`main` ran), ``disabled`` (it ran with the kill switch set), ``finder`` (what it put on
+#: ``sys.meta_path``), ``events`` (backends notified, in order: ``"torch_npu"``,
+#: ``"ascend_env.sim"``) and ``errors`` (``"Type: message"`` of every swallowed exception).
+#: A ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
+STATE = type(sys.implementation)(
+    started=False, disabled=False, finder=None, events=[], errors=[], searching=False
+)
 
 
-STATE = _State()
+def disabled(environ=None):
+    """Whether the kill switch is set in ``environ`` (default ``os.environ``): any value but empty,
+    ``0``, ``false``, ``no`` or ``off``."""
+    if environ is None:
+        # Not a module global: with os among the globals of the finder, which lives until exit,
+        # interpreter shutdown ran about 0.4M instructions more (callgrind, Python 3.11).
+        import os
 
-
-def disabled(environ=os.environ):
-    """Whether the kill switch is set (any value but empty, ``0``, ``false``, ``no`` or ``off``)."""
+        environ = os.environ
     return environ.get(DISABLE_VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-class _Loader:
-    """Wraps the loader of the watched module and calls :func:`notify` once it has run."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return None if create is None else create(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        notify(WATCHED)
+def find_spec(fullname, path=None, target=None):
+    """The meta path finder's one method: ``None`` for every name but :data:`WATCHED`."""
+    if fullname != WATCHED or STATE.searching:
+        return None
+    return _watch(fullname, path, target)
 
 
-class _Finder:
-    """A meta path finder that only looks for one name and steps aside once it has seen it."""
-
-    def __init__(self):
-        self._searching = False
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != WATCHED or self._searching:
-            return None
-        self._searching = True
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find_spec = getattr(finder, "find_spec", None)
-                if finder is self or find_spec is None:
-                    continue
-                spec = find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            if spec is None or spec.loader is None:
-                return spec
-            spec.loader = _Loader(spec.loader)
-            _remove(self)
-            return spec
-        except Exception as exc:
-            STATE.errors.append(f"{type(exc).__name__}: {exc}")
-            return None
-        finally:
-            self._searching = False
-
-
-def _remove(finder):
+def _watch(fullname, path, target):
+    """Find the watched module with the other finders, step aside, and wrap its loader."""
+    STATE.searching = True
     try:
-        sys.meta_path.remove(finder)
-    except ValueError:
-        pass
+        spec = None
+        for finder in list(sys.meta_path):
+            method = getattr(finder, "find_spec", None)
+            if finder is STATE.finder or method is None:
+                continue
+            spec = method(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _wrap(spec.loader)
+        try:
+            sys.meta_path.remove(STATE.finder)
+        except ValueError:
+            pass
+        return spec
+    except Exception as exc:
+        STATE.errors.append(f"{type(exc).__name__}: {exc}")
+        return None
+    finally:
+        STATE.searching = False
+
+
+def _wrap(loader):
+    """``loader``, calling :func:`notify` once it has run the module (defined only when needed)."""
+
+    class Loader:
+        def __getattr__(self, name):
+            return getattr(loader, name)
+
+        def create_module(self, spec):
+            create = getattr(loader, "create_module", None)
+            return None if create is None else create(spec)
+
+        def exec_module(self, module):
+            loader.exec_module(module)
+            notify(WATCHED)
+
+    return Loader()
 
 
 def main():
@@ -110,7 +112,7 @@ def main():
         if WATCHED in sys.modules:
             notify(WATCHED)
             return
-        STATE.finder = _Finder()
+        STATE.finder = sys.modules[__name__]
         sys.meta_path.insert(0, STATE.finder)
     except Exception as exc:  # never break start-up
         STATE.errors.append(f"{type(exc).__name__}: {exc}")
@@ -127,3 +129,7 @@ def notify(source):
         runtime.activate(source)
     except Exception as exc:
         STATE.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+if __name__ == "ascend_env_hook":  # imported as the installed hook: start it
+    main()

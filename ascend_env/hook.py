@@ -1,11 +1,12 @@
 """The startup hook's files in a site-packages directory.
 
-Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env._boot` (standard library only);
-``ascend_env_hook.pth``, whose import line Python <= 3.14 runs; and the PEP 829
-``ascend_env_hook.start`` entry point, which Python >= 3.15 runs instead (a ``.start`` file turns
-off the import lines of the ``.pth`` file with the same name). The module is self-contained, so
-the hook stays silent even when ascend_env itself is gone; ``install`` writes the three together
-and ``restore`` and ``pip uninstall ascend-env`` remove them together.
+Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env._boot` (standard library only,
+it starts itself when imported under that name); ``ascend_env_hook.pth``, whose import line
+Python <= 3.14 runs; and the PEP 829 ``ascend_env_hook.start`` entry point, which Python >= 3.15
+runs instead (a ``.start`` file turns off the import lines of the ``.pth`` file with the same
+name). The module is self-contained, so the hook stays silent even when ascend_env itself is gone;
+``install`` writes the three together and ``restore`` and ``pip uninstall ascend-env`` remove them
+together.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ START_FILE = NAME + ".start"
 PTH_TEXT = (
     "# ascend-env startup hook: registers an NPU isin when torch_npu lacks one. "
     "Remove with: python -m ascend_env restore\n"
-    f"import {NAME}; {NAME}.main()\n"
+    f"import {NAME}\n"
 )
 START_TEXT = f"# ascend-env startup hook (PEP 829). Remove with: python -m ascend_env restore\n{NAME}:main\n"
 

@@ -68,7 +68,7 @@ REPORT = (
     "b = sys.modules.get('ascend_env_hook')\n"
     "print(json.dumps(None if b is None else {'started': b.STATE.started, 'disabled': b.STATE.disabled,"
     " 'events': b.STATE.events, 'errors': b.STATE.errors,"
-    " 'finder': any(type(f).__name__ == '_Finder' for f in sys.meta_path)}))\n"
+    " 'finder': any(f is b for f in sys.meta_path)}))\n"
 )
 
 
@@ -121,7 +121,7 @@ def test_calling_main_twice_is_harmless(tmp_path: Path):
     write_hook(tmp_path)
     code = (
         "import ascend_env_hook as b\nb.main(); b.main()\n"
-        "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+        "print(sum(f is b for f in sys.meta_path))"
     )
     result = run_python(tmp_path, code)
     assert result.stdout.strip() == "1"
@@ -173,3 +173,75 @@ def test_disabled_values():
     for value in ("", "0", "false", "No", "off"):
         assert not _boot.disabled({"ASCEND_ENV_DISABLE": value})
     assert not _boot.disabled({})
+
+
+# -- start-up cost: what the hook does at start-up, structurally (bench/startup.py times it) -------
+
+MODULES = "print(json.dumps(sorted(sys.modules)))\n"
+
+
+def test_start_up_imports_only_the_hook_module(tmp_path: Path):
+    # The same interpreter with and without the hook files: the hook adds one module, itself.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    hooked = tmp_path / "hooked"
+    hooked.mkdir()
+    write_hook(hooked)
+    without = json.loads(run_python(plain, "import json\n" + MODULES, path=None).stdout)
+    with_ = json.loads(run_python(hooked, "import json\n" + MODULES, path=None).stdout)
+    assert sorted(set(with_) - set(without)) == [hook.NAME]
+    assert set(without) <= set(with_)
+
+
+def test_the_hook_module_holds_no_class_and_no_module_but_sys(tmp_path: Path):
+    # Each class costs a class creation at every start-up, and a module kept in the finder's
+    # globals until exit (os, measured) slows interpreter shutdown: keep both out.
+    write_hook(tmp_path)
+    code = (
+        "import types\nb = sys.modules['ascend_env_hook']\n"
+        "print(sorted(k for k, v in vars(b).items() if isinstance(v, type)),"
+        " sorted(k for k, v in vars(b).items() if isinstance(v, types.ModuleType)))"
+    )
+    result = run_python(tmp_path, code, path=None)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] ['sys']"
+
+
+def test_the_pth_line_only_imports_the_module_which_starts_itself():
+    lines = [line for line in hook.PTH_TEXT.splitlines() if not line.startswith("#")]
+    assert lines == [f"import {hook.NAME}"]
+
+
+def test_imported_under_its_package_name_it_does_not_start(tmp_path: Path):
+    # ascend_env._boot is the source of the hook; importing it (as tests and hook.files() do)
+    # must not put a finder into the importing process.
+    code = "from ascend_env import _boot\nprint(_boot.STATE.started, any(f is _boot for f in sys.meta_path))"
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False False"
+
+
+def test_an_older_pth_line_that_also_calls_main_is_harmless(tmp_path: Path):
+    # Hooks written by earlier releases ran "import ascend_env_hook; ascend_env_hook.main()".
+    write_hook(tmp_path)
+    (tmp_path / hook.PTH_FILE).write_text("import ascend_env_hook; ascend_env_hook.main()\n")
+    result = run_python(tmp_path, REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["started"] and state["finder"] and state["errors"] == []
+    count_finders = "b = sys.modules['ascend_env_hook']\nprint(sum(f is b for f in sys.meta_path))"
+    count = run_python(tmp_path, count_finders)
+    assert count.stdout.strip() == "1"
+
+
+def test_the_start_entry_point_after_the_import_is_harmless(tmp_path: Path):
+    # PEP 829: Python >= 3.15 imports the module named in the .start file, then calls main().
+    write_hook(tmp_path)
+    (tmp_path / hook.PTH_FILE).unlink()
+    code = (
+        f"sys.path.insert(0, {str(tmp_path)!r})\nimport ascend_env_hook as b\nb.main()\n"
+        "print(b.STATE.started, sum(f is b for f in sys.meta_path))"
+    )
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True 1"
