@@ -182,8 +182,10 @@ MODULES = "print(json.dumps(sorted(sys.modules)))\n"
 
 def test_start_up_imports_only_the_hook_module(tmp_path: Path):
     # The same interpreter with and without the hook files: the hook adds one module, itself.
+    # The baseline also reads a .pth file (a comment only): Python 3.9 imports _bootlocale for that.
     plain = tmp_path / "plain"
     plain.mkdir()
+    (plain / "other.pth").write_text("# no hook here\n")
     hooked = tmp_path / "hooked"
     hooked.mkdir()
     write_hook(hooked)
