@@ -29,7 +29,8 @@ WATCHED = "torch_npu"
 #: What the hook did in this process (read by ``ascend_env.runtime.status()``): ``started``
 #: (:func:`main` ran), ``disabled`` (it ran with the kill switch set), ``finder`` (what it put on
 #: ``sys.meta_path``), ``events`` (backends notified, in order: ``"torch_npu"``,
-#: ``"ascend_env.sim"``) and ``errors`` (``"Type: message"`` of every swallowed exception).
+#: ``"ascend_env.sim"``), ``errors`` (``"Type: message"`` of every swallowed exception) and
+#: ``searching`` (the finder is asking the other finders, so it does not answer itself).
 #: A ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
 STATE = type(sys.implementation)(
     started=False, disabled=False, finder=None, events=[], errors=[], searching=False
