@@ -18,9 +18,10 @@ Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`c
   range, built with ``scatter_`` and read with ``index_select``;
 * ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
   ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
-* ``sort-both``: each chunk of elements sorted too, answered in sorted order (each test element's
-  run of equal elements found with two ``searchsorted`` and marked by ``scatter_add_`` +
-  ``cumsum``, or the sorted elements searched in the sorted test elements), the answers scattered
+* ``sort-both``: each chunk of elements sorted too, answered in sorted order (each test element
+  finds the run of equal elements it starts with one ``searchsorted``; runs are numbered by
+  ``ne`` of neighbours + ``cumsum`` and marked with ``scatter_add_``; or, with more test elements
+  than elements, the sorted elements searched in the sorted test elements), the answers scattered
   back; faster for many integer elements in random order.
 
 Positions are int32 wherever the op allows (``searchsorted``, ``index_select``, ``cumsum``); only
@@ -153,6 +154,9 @@ _BROADCAST_MAX = 1 << 16
 _SCAN_MAX_T = 16
 # From this many elements on, integer elements are sorted before the search.
 _SORT_BOTH_MIN_N = 1 << 18
+# sort-both's chunks hold this many times CHUNK_BYTES (sorted values, their order, run numbers):
+# each chunk searches every test element, so fewer chunks search less. O(N + T), never N x T.
+_SORT_CHUNKS = 4
 
 
 def isin(
@@ -489,19 +493,20 @@ def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
 def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
     """Sort each chunk of elements too, answer in sorted order, and scatter the answers back.
 
-    With few test elements per chunk (integers), each test element's run of equal elements is
-    found with two ``searchsorted`` and marked with ``scatter_add_`` + ``cumsum``: ``O(T log N)``
-    searches instead of ``O(N log T)``. Otherwise the sorted elements are searched in the sorted
-    test elements, which keeps ``searchsorted`` on a predictable path.
+    With no more test elements than elements in the chunk, each (sorted) test element is found
+    in the sorted chunk with one ``searchsorted`` and marks the run of equal elements it lands on
+    (:func:`_mark_runs`): ``O(T log N)`` searches instead of ``O(N log T)``. Otherwise the sorted
+    elements are searched in the sorted test elements. Chunks hold :data:`_SORT_CHUNKS` times
+    :data:`CHUNK_BYTES`, because each one searches every test element.
     """
     ordered = _sorted(test)
     t, n = test.numel(), elements.numel()
-    step = max(1, CHUNK_BYTES // (13 + 2 * elements.element_size()))
+    step = max(1, _SORT_CHUNKS * CHUNK_BYTES // (30 + 2 * elements.element_size()))
     for start in range(0, n, step):
         part = _part(elements, start, min(step, n - start))
         length = part.numel()
         values, order = torch.sort(part)
-        if 4 * t <= length and not values.is_floating_point():
+        if t <= length:
             hit = _mark_runs(values, ordered, invert)
         else:
             compare = torch.ne if invert else torch.eq
@@ -511,15 +516,25 @@ def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> Non
 
 
 def _mark_runs(values: Tensor, ordered: Tensor, invert: bool) -> Tensor:
-    """Per sorted value (integers): whether it equals a test element (``ordered``, sorted)."""
+    """Per sorted value: whether it equals one of the test elements (``ordered``, sorted).
+
+    Each test element's first position at or after it in ``values`` is the start of the run of
+    values equal to it, if there is one; runs are numbered with ``ne`` of neighbours + ``cumsum``,
+    and every run that a test element equals counts it (``scatter_add_``, as several test
+    elements may land on one run).
+    """
     n = values.numel()
-    first = torch.searchsorted(values, ordered)
-    stop = torch.searchsorted(values, ordered, right=True)
-    depth = torch.zeros(n + 1, dtype=torch.int32, device=values.device)
-    depth.scatter_add_(0, first, torch.full(first.shape, 1, dtype=torch.int32, device=values.device))
-    depth.scatter_add_(0, stop, torch.full(stop.shape, -1, dtype=torch.int32, device=values.device))
-    covered = _part(torch.cumsum(depth, 0, dtype=torch.int32), 0, n)
-    return covered.eq(0) if invert else covered.gt(0)
+    first = torch.searchsorted(values, ordered, out_int32=True).clamp_max_(n - 1)
+    present = values.index_select(0, first).eq(ordered)
+    starts = torch.empty(n, dtype=torch.bool, device=values.device)
+    _part(starts, 0, 1).fill_(True)
+    if n > 1:
+        torch.ne(_part(values, 1, n - 1), _part(values, 0, n - 1), out=_part(starts, 1, n - 1))
+    run = torch.cumsum(starts, 0, dtype=torch.int32)
+    counts = torch.zeros(n + 1, dtype=torch.int32, device=values.device)
+    counts.scatter_add_(0, _cast(run.index_select(0, first), torch.int64), _cast(present, torch.int32))
+    found = counts.index_select(0, run)
+    return found.eq(0) if invert else found.gt(0)
 
 
 def _lookup_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
