@@ -273,6 +273,31 @@ def test_every_strategy_is_exact(case, invert, into_buffer):
         assert got.data_ptr() == dst.data_ptr()
 
 
+INT64 = torch.iinfo(torch.int64)
+
+
+@_examples(0.3)
+@given(
+    st.lists(st.integers(INT64.min, INT64.max) | st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=64),
+    st.lists(st.integers(INT64.min, INT64.max) | st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=64),
+)
+@example([INT64.min, INT64.max, -1, 0, 2**31, -(2**31) - 1], [INT64.max, -(2**31) - 1, 5])
+@example([-1, 2**31 - 1], [0])
+def test_sort_key_orders_int64_within_32_bits(values, tests):
+    """sort-both's key never reverses two int64 values, fits int32, and keeps int32 values exact."""
+    elements = torch.tensor(values, dtype=torch.int64)
+    key = ops._sort_key(elements)
+    assert key.dtype == torch.int32
+    keys = ops._sort_key(elements.sort()[0]).tolist()
+    assert keys == sorted(keys)
+    if all(-(2**31) <= v < 2**31 for v in values):
+        assert key.tolist() == values
+    test = torch.tensor(tests, dtype=torch.int64)
+    for invert in (False, True):
+        got = ops._membership(elements, test, torch.int64, invert, None, strategy="sort-both")
+        assert got.tolist() == [(v in set(tests)) != invert for v in values]
+
+
 @pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int8])
 def test_lookup_table_covers_the_whole_range(dtype):
     info = torch.iinfo(dtype)
