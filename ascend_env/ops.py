@@ -213,6 +213,10 @@ def isin_tensor_tensor(
         if 0 < n * t <= _BROADCAST_MAX and test_elements.dim() == 1 and elements.is_contiguous():
             if t == 1 and elements.dim():
                 return elements.ne(test_elements) if invert else elements.eq(test_elements)
+            if n == 1 and elements.dim() == 1:  # one sequence: no unsqueeze
+                if invert:
+                    return test_elements.ne(elements).all(-1, keepdim=True)
+                return test_elements.eq(elements).any(-1, keepdim=True)
             if invert:
                 return elements.unsqueeze(-1).ne(test_elements).all(-1)
             return elements.unsqueeze(-1).eq(test_elements).any(-1)

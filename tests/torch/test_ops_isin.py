@@ -200,6 +200,20 @@ def test_matches_native(pair, assume_unique, invert):
     check_against_native(elements, test, got, assume_unique, invert)
 
 
+@pytest.mark.parametrize("shape", [(1,), (8,), (64,), (1, 1), (2, 3), ()])
+@pytest.mark.parametrize("tests", [1, 2, 8])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_end_of_sequence_shapes_match_native_layout(shape, tests, dtype):
+    """The few-pairs fast paths give native's values, shape, strides and dtype."""
+    generator = torch.Generator().manual_seed(tests)
+    elements = torch.randint(0, 6, shape, generator=generator).to(dtype)
+    test = torch.randint(0, 6, (tests,), generator=generator).to(dtype)
+    for invert in (False, True):
+        got, want = isin(elements, test, invert=invert), torch.isin(elements, test, invert=invert)
+        assert torch.equal(got, want)
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
 def test_documented_native_defects_are_fixed():
     collide = torch.tensor([2**24, 2**24 + 1], dtype=torch.int32)
     assert torch.isin(collide, torch.arange(20.0)).tolist() == [True, False]
