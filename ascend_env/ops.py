@@ -205,12 +205,12 @@ def isin_tensor_tensor(
 ) -> Tensor:
     """``aten::isin.Tensor_Tensor``."""
     dtype = elements.dtype
-    t = test_elements.numel()
-    if 0 < t < _SMALL_T and dtype is test_elements.dtype and dtype in _SMALL_DTYPES:
+    test_shape = test_elements.shape
+    if len(test_shape) == 1 and 0 < test_shape[0] < _SMALL_T and dtype is test_elements.dtype:
         # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
         # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
-        n = elements.numel()
-        if 0 < n * t <= _BROADCAST_MAX and test_elements.dim() == 1 and elements.is_contiguous():
+        t, n = test_shape[0], elements.numel()
+        if 0 < n * t <= _BROADCAST_MAX and dtype in _SMALL_DTYPES and elements.is_contiguous():
             if t == 1 and elements.dim():
                 return elements.ne(test_elements) if invert else elements.eq(test_elements)
             if n == 1 and elements.dim() == 1:  # one sequence: no unsqueeze
