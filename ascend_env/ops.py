@@ -524,7 +524,9 @@ def _sort_key(part: Tensor) -> Tensor:
     to fit in 32 bits (values that already fit keep their exact order), others as they are.
 
     The shift comes from the chunk's extremes, on the device: ``floor(log2(m)) - 30`` for
-    ``m = max(max, ~min)``, at least 0. Rounding in the float log2 can only raise it by one.
+    ``m = max(max, ~min)``, at least 0. ``m`` goes through float64, exact below 2**53, so values
+    that fit in 32 bits get shift 0 (float32 would round 2**31 - 1 up to 2**31); above that,
+    rounding can only raise the shift by one, which still fits.
     """
     if part.dtype != torch.int64:
         return part
