@@ -72,9 +72,7 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "__rshift__.Tensor",
         "aminmax",
         "bitwise_not",
-        "clamp_",
-        "floor_",
-        "log2_",
+        "arange.start",
         "maximum",
         "logical_and_",
         "logical_or_",
@@ -523,16 +521,14 @@ def _sort_key(part: Tensor) -> Tensor:
     """A key that sorts ``part`` in nearly ascending order: int64 values shifted right just enough
     to fit in 32 bits (values that already fit keep their exact order), others as they are.
 
-    The shift comes from the chunk's extremes, on the device: ``floor(log2(m)) - 30`` for
-    ``m = max(max, ~min)``, at least 0. ``m`` goes through float64, exact below 2**53, so values
-    that fit in 32 bits get shift 0 (float32 would round 2**31 - 1 up to 2**31); above that,
-    rounding can only raise the shift by one, which still fits.
+    The shift is computed on the device, in integers: how many of ``2**31 .. 2**62`` are at most
+    ``max(max, ~min)`` (no float, no host read).
     """
     if part.dtype != torch.int64:
         return part
     low, high = torch.aminmax(part)
-    widest = _cast(torch.maximum(high, low.bitwise_not()), torch.float64)
-    shift = _cast(widest.log2_().floor_().sub_(30).clamp_(0, 32), torch.int64)
+    widest = torch.maximum(high, low.bitwise_not())
+    shift = (widest >> torch.arange(31, 63, device=part.device)).ne(0).sum()
     return _cast(part >> shift, torch.int32)
 
 
