@@ -484,13 +484,18 @@ def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
     """Sort the test elements once, then find each element with ``searchsorted``."""
     compare = torch.ne if invert else torch.eq
     ordered = _sorted(test)
-    last = test.numel() - 1
     n = elements.numel()
     step = max(1, CHUNK_BYTES // (4 + elements.element_size()))
     for start in range(0, n, step):
-        part = _part(elements, start, min(step, n - start))
-        position = torch.searchsorted(ordered, part, out_int32=True).clamp_max_(last)
-        compare(ordered.index_select(0, position), part, out=_part(dst, start, part.numel()))
+        length = min(step, n - start)
+        _found(ordered, _part(elements, start, length), compare, out=_part(dst, start, length))
+
+
+def _found(ordered: Tensor, values: Tensor, compare: Callable, out: Optional[Tensor] = None) -> Tensor:
+    """``compare`` of each of ``values`` with the element ``searchsorted`` finds for it in
+    ``ordered`` (sorted, non-empty): ``eq`` gives membership, ``ne`` its inverse."""
+    position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(ordered.numel() - 1)
+    return compare(ordered.index_select(0, position), values, out=out)
 
 
 def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
@@ -513,8 +518,7 @@ def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable, dst: Tens
     """One chunk of :func:`_sort_both` (a function, so that its intermediates die with it)."""
     order = torch.sort(_sort_key(part))[1]
     values = part.index_select(0, order)
-    position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(ordered.numel() - 1)
-    dst.scatter_(0, order, compare(ordered.index_select(0, position), values))
+    dst.scatter_(0, order, _found(ordered, values, compare))
 
 
 def _sort_key(part: Tensor) -> Tensor:

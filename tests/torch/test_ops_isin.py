@@ -306,10 +306,10 @@ def test_sort_key_orders_int64_within_32_bits(values, tests):
     assert keys == sorted(keys)
     if all(-(2**31) <= v < 2**31 for v in values):
         assert key.tolist() == values
-    test = torch.tensor(tests, dtype=torch.int64)
+    test, members = torch.tensor(tests, dtype=torch.int64), set(tests)
     for invert in (False, True):
         got = ops._membership(elements, test, torch.int64, invert, None, strategy="sort-both")
-        assert got.tolist() == [(v in set(tests)) != invert for v in values]
+        assert got.tolist() == [(v in members) != invert for v in values]
 
 
 @pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int8])
