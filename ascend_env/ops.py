@@ -207,11 +207,13 @@ def isin_tensor_tensor(
     if len(test_shape) == 1 and 0 < test_shape[0] < _SMALL_T and dtype is test_elements.dtype:
         # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
         # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
-        t, n = test_shape[0], elements.numel()
-        if 0 < n * t <= _BROADCAST_MAX and dtype in _SMALL_DTYPES and elements.is_contiguous():
-            if t == 1 and elements.dim():
+        # A 1-d result is contiguous whatever the elements' stride, as natively: the last tokens
+        # transformers passes, input_ids[:, -1], are a strided column.
+        t, n, d = test_shape[0], elements.numel(), elements.dim()
+        if 0 < n * t <= _BROADCAST_MAX and dtype in _SMALL_DTYPES and (d == 1 or elements.is_contiguous()):
+            if t == 1 and d:
                 return elements.ne(test_elements) if invert else elements.eq(test_elements)
-            if n == 1 and elements.dim() == 1:  # one sequence: no unsqueeze
+            if n == 1 and d == 1:  # one sequence: no unsqueeze
                 if invert:
                     return test_elements.ne(elements).all(-1, keepdim=True)
                 return test_elements.eq(elements).any(-1, keepdim=True)
@@ -245,10 +247,14 @@ def isin_tensor_tensor_out(
 def isin_tensor_scalar(
     elements: Tensor, test_element: Scalar, *, assume_unique: bool = False, invert: bool = False
 ) -> Tensor:
-    """``aten::isin.Tensor_Scalar``: ``ne`` or ``eq`` against the scalar, as natively."""
+    """``aten::isin.Tensor_Scalar``: ``ne`` or ``eq`` against the scalar, as natively.
+
+    Native's result is contiguous; ``eq`` of permuted elements would be permuted too.
+    """
     _check_dtype(elements.dtype)
     _check_dtype(_scalar_dtype(test_element))
-    return torch.ne(elements, test_element) if invert else torch.eq(elements, test_element)
+    found = torch.ne(elements, test_element) if invert else torch.eq(elements, test_element)
+    return found.contiguous()
 
 
 def isin_tensor_scalar_out(
@@ -416,8 +422,13 @@ def _membership(
         test = _cast(test, dtype)
     if strategy is None:
         strategy = choose_strategy(n, t, dtype)
-    if strategy == "brute" and dst is None and n * t <= _BROADCAST_MAX and elements.is_contiguous():
-        # Small inputs: no allocation, no flattening of the elements.
+    if (
+        strategy == "brute"
+        and dst is None
+        and n * t <= _BROADCAST_MAX
+        and (elements.dim() == 1 or elements.is_contiguous())
+    ):
+        # Small inputs: no allocation, no flattening of the elements (a 1-d result is contiguous).
         if test.dim() != 1:
             test = _flat(test)
         if t == 1:

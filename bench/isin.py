@@ -17,6 +17,9 @@ in the same round. The seed patch is timed apart (three calls, median). Candidat
 * ``mps branch``: the tile/eq/sum formula ``isin_mps_friendly`` uses where ``isin`` is missing
   (needs N*T memory; skipped past 2e8 pairs).
 
+The end-of-sequence elements are ``input_ids[:, -1]`` of a B x 16 batch, the strided column that
+transformers' ``EosTokenCriteria`` passes on every decoding step.
+
 Not a test: timings depend on the machine and its load. Ratios come from one run.
 """
 
@@ -65,7 +68,8 @@ def cases(quick: bool) -> List[Case]:
     found: List[Case] = []
     for b in (1, 8, 64):
         for t in (1, 2, 8):
-            found.append(("eos", f"B={b} T={t}", ids(32000, b), ids(32000, t)))
+            # The last token of each sequence, a strided column, as EosTokenCriteria passes it.
+            found.append(("eos", f"B={b} T={t}", ids(32000, b, 16)[:, -1], ids(32000, t)))
     for v in (32000, 152064):
         for t in (10, 1000, 10000):
             found.append(("vocab", f"arange({v}) T={t}", torch.arange(v), ids(v, t)))

@@ -153,10 +153,26 @@ def native(elements: Operand, test: Operand, **kwargs) -> Union[torch.Tensor, Ex
         return exc
 
 
+def significant_strides(tensor: torch.Tensor) -> Tuple[int, ...]:
+    """The strides that place data in memory: those of the dimensions longer than one (none for
+    an empty tensor, whose strides mean nothing)."""
+    if tensor.numel() == 0:
+        return ()
+    return tuple(stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 1)
+
+
 def check_against_native(
-    elements: Operand, test: Operand, got: torch.Tensor, assume_unique: bool, invert: bool
+    elements: Operand,
+    test: Operand,
+    got: torch.Tensor,
+    assume_unique: bool,
+    invert: bool,
+    layout: bool = True,
 ) -> None:
-    """``got`` is the reference answer, and equals native wherever native is not documented wrong."""
+    """``got`` is the reference answer, and equals native wherever native is not documented wrong.
+
+    With ``layout``, ``got`` is also laid out in memory as native's result is.
+    """
     want = reference(elements, test, invert)
     assert got.dtype == torch.bool
     assert got.shape == want.shape
@@ -168,6 +184,8 @@ def check_against_native(
         assert not test.is_contiguous() and test.dim() >= 2
         return
     assert expected.shape == got.shape
+    if layout:
+        assert significant_strides(got) == significant_strides(expected)
     if torch.equal(expected, got):
         return
     # Documented: native's sort path gives false positives for elements that have an equal twin
@@ -212,6 +230,28 @@ def test_end_of_sequence_shapes_match_native_layout(shape, tests, dtype):
         got, want = isin(elements, test, invert=invert), torch.isin(elements, test, invert=invert)
         assert torch.equal(got, want)
         assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+@pytest.mark.parametrize("tests", [1, 2, 8])
+def test_last_token_column_takes_the_few_pairs_path(batch, tests):
+    """``input_ids[:, -1]``, the strided column that transformers' end-of-sequence check passes,
+    gets native's values and contiguous layout from the two or three ops of the fast path: no
+    copy, no flattening, no output buffer."""
+    generator = torch.Generator().manual_seed(batch + tests)
+    input_ids = torch.randint(0, 6, (batch, 5), generator=generator)
+    test = torch.randint(0, 6, (tests,), generator=generator)
+    for elements in (input_ids[:, -1], input_ids[:1, -1].expand(batch)):
+        for invert in (False, True):
+            want = torch.isin(elements, test, invert=invert)
+            with OpAudit() as audit:
+                got = isin(elements, test, invert=invert)
+            assert torch.equal(got, want)
+            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+            compare = {"ne.Tensor"} if invert else {"eq.Tensor"}
+            reduce = set() if tests == 1 else {"all.dim"} if invert else {"any.dim"}
+            unsqueeze = set() if tests == 1 or batch == 1 else {"unsqueeze"}
+            assert audit.seen == compare | reduce | unsqueeze
 
 
 def test_documented_native_defects_are_fixed():
@@ -384,7 +424,7 @@ def test_out_overloads_as_registered(registered, pair, assume_unique, invert, ou
             out = torch.zeros(shape, dtype=torch.bool)
         else:
             out = torch.zeros(*shape, 2, dtype=torch.bool)[..., 0]
-    theirs = out.clone()
+    theirs = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype).copy_(out)  # clone() packs it
     with warnings.catch_warnings(record=True) as their_warnings:
         warnings.simplefilter("always")
         expected = native_out(elements, test, assume_unique, invert, theirs)
@@ -396,9 +436,10 @@ def test_out_overloads_as_registered(registered, pair, assume_unique, invert, ou
     assert len(our_warnings) == len(their_warnings)
     assert result.data_ptr() == out.data_ptr() and result.shape == out.shape == tuple(shape)
     assert out.dtype == torch.bool
-    check_against_native(elements, test, out, assume_unique, invert)
+    check_against_native(elements, test, out, assume_unique, invert, layout=False)
     if not isinstance(expected, Exception):
         assert theirs.shape == out.shape
+        assert significant_strides(out) == significant_strides(theirs)
 
 
 def native_out(elements, test, assume_unique, invert, out):
