@@ -4,7 +4,8 @@ Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env._boot` (standard
 it starts itself when imported under that name); ``ascend_env_hook.pth``, whose import line
 Python <= 3.14 runs; and the PEP 829 ``ascend_env_hook.start`` entry point, which Python >= 3.15
 runs instead (a ``.start`` file turns off the import lines of the ``.pth`` file with the same
-name). The module is self-contained, so the hook stays silent even when ascend_env itself is gone;
+name). The module imports nothing of ascend_env until an NPU backend appears (then
+:mod:`ascend_env._watch`), so the hook stays silent even when ascend_env itself is gone;
 ``install`` writes the three together and ``restore`` and ``pip uninstall ascend-env`` remove them
 together.
 """

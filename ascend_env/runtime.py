@@ -7,7 +7,7 @@ kernel (a native one, or one registered earlier) are left alone, so PyTorch neve
 "Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
 one (their composite kernel calls it). :func:`status` is the in-process record.
 
-This module imports torch; only the hook's ``notify`` (:mod:`ascend_env._boot`) and tests import it.
+This module imports torch; only the hook's ``notify`` (:mod:`ascend_env._watch`) and tests import it.
 """
 
 from __future__ import annotations

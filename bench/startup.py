@@ -8,19 +8,26 @@ Throw-away virtual environments of the same interpreter each hold a copy of asce
 * ``empty module`` (with ``--floor``): a ``.pth`` line that imports an empty top-level module, the
   least that any ``.pth`` import hook costs.
 
+The same three are timed a second time with setuptools' ``distutils-precedence.pth`` (and the
+``_distutils_hack`` module it imports) in each environment, copied from the setuptools that this
+interpreter imports: torch requires setuptools, so every environment the hook is meant for has
+that ``.pth`` file, and start-up there already pays for reading a ``.pth`` file and importing a
+module from site-packages. Without an importable setuptools the second set is skipped.
+
     python bench/startup.py [--runs 400] [--floor]
 
-Runs go round the environments, the order rotating each round. For each environment the report
+Runs go round all environments, the order rotating each round. For each environment the report
 gives the median wall time and CPU time (user + system, from ``wait4``) of one start, the added
-time (difference of medians), and the ratio to ``plain``: the median over the rounds of the ratio
-within a round, so that load from other processes, which comes and goes, hits both sides alike.
-Not a test: timings depend on the machine and its load.
+time (difference of medians), and the ratio to its set's ``plain``: the median over the rounds of
+the ratio within a round, so that load from other processes, which comes and goes, hits both
+sides alike. Not a test: timings depend on the machine and its load.
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import importlib.util
 import os
 import shutil
 import statistics
@@ -34,18 +41,34 @@ from typing import Dict, List, Optional, Tuple
 import ascend_env
 from ascend_env import hook
 
+SETUPTOOLS_PTH = "distutils-precedence.pth"
+SETUPTOOLS_SET = "with setuptools' .pth"
 
-def make_env(root: Path, files: Dict[str, bytes]) -> Path:
-    """A venv with a copy of ascend_env in its site-packages, plus ``files``; its python."""
+
+def make_env(root: Path, files: Dict[str, bytes], trees: Dict[str, Path]) -> Path:
+    """A venv with a copy of ascend_env in its site-packages, plus ``files`` and copies of the
+    directories ``trees`` (by name in site-packages); its python."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     site = next(root.glob("lib/python*/site-packages"))
-    shutil.copytree(
-        Path(ascend_env.__file__).parent, site / "ascend_env", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    trees = {"ascend_env": Path(ascend_env.__file__).parent, **trees}
+    for name, source in trees.items():
+        shutil.copytree(source, site / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name, data in files.items():
         (site / name).write_bytes(data)
     compileall.compile_dir(site, quiet=1)
     return root / "bin" / "python"
+
+
+def setuptools_files() -> Optional[Tuple[Dict[str, bytes], Dict[str, Path]]]:
+    """setuptools' start-up ``.pth`` file and the module it imports, from this interpreter."""
+    spec = importlib.util.find_spec("_distutils_hack")
+    if spec is None or spec.origin is None:
+        return None
+    package = Path(spec.origin).parent
+    pth = package.parent / SETUPTOOLS_PTH
+    if not pth.is_file():
+        return None
+    return {SETUPTOOLS_PTH: pth.read_bytes()}, {"_distutils_hack": package}
 
 
 def start_once(python: Path) -> Tuple[float, float]:
@@ -65,32 +88,39 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="starts of each environment")
     parser.add_argument("--floor", action="store_true", help="also time a .pth that imports an empty module")
     args = parser.parse_args(argv)
-    variants: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": hook.files()}
+    kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": hook.files()}
     if args.floor:
-        variants["empty module"] = {"floor_hook.pth": b"import floor_hook\n", "floor_hook.py": b""}
-    samples: Dict[str, List[Tuple[float, float]]] = {name: [] for name in variants}
+        kinds["empty module"] = {"floor_hook.pth": b"import floor_hook\n", "floor_hook.py": b""}
+    sets: Dict[str, Tuple[Dict[str, bytes], Dict[str, Path]]] = {"bare venv": ({}, {})}
+    setuptools = setuptools_files()
+    if setuptools is not None:
+        sets[SETUPTOOLS_SET] = setuptools
+    envs = [(set_name, kind) for set_name in sets for kind in kinds]
+    samples: Dict[Tuple[str, str], List[Tuple[float, float]]] = {env: [] for env in envs}
     with tempfile.TemporaryDirectory() as tmp:
-        pythons = {
-            name: make_env(Path(tmp, str(i)), files) for i, (name, files) in enumerate(variants.items())
-        }
+        pythons = {}
+        for i, (set_name, kind) in enumerate(envs):
+            extra_files, trees = sets[set_name]
+            pythons[set_name, kind] = make_env(Path(tmp, str(i)), {**extra_files, **kinds[kind]}, trees)
         for python in pythons.values():  # warm the page cache
             start_once(python)
-        names = list(pythons)
         for round_ in range(args.runs):
-            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                samples[name].append(start_once(pythons[name]))
+            for env in envs[round_ % len(envs) :] + envs[: round_ % len(envs)]:
+                samples[env].append(start_once(pythons[env]))
     print(f"python {sys.version.split()[0]}, {args.runs} starts each, rotating order")
+    if setuptools is None:
+        print(f"(no setuptools importable here: the set {SETUPTOOLS_SET!r} is skipped)")
     print("| environment | wall | added | ratio | CPU | added | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    base = samples["plain"]
-    for name, values in samples.items():
+    for set_name, kind in envs:
+        values, base = samples[set_name, kind], samples[set_name, "plain"]
         cells = []
-        for kind in (0, 1):
-            median = statistics.median(v[kind] for v in values)
-            added = median - statistics.median(b[kind] for b in base)
-            ratio = statistics.median(v[kind] / b[kind] for v, b in zip(values, base))
+        for index in (0, 1):
+            median = statistics.median(v[index] for v in values)
+            added = median - statistics.median(b[index] for b in base)
+            ratio = statistics.median(v[index] / b[index] for v, b in zip(values, base))
             cells += [f"{median * 1e3:.2f} ms", f"{added * 1e3:+.2f} ms", f"{ratio:.3f}"]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"| {kind}, {set_name} | " + " | ".join(cells) + " |")
     return 0
 
 

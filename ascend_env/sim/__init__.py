@@ -85,7 +85,9 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     # tell the startup hook, when it runs in this process, as torch_npu's import would.
     boot = sys.modules.get("ascend_env_hook")
     if boot is not None:
-        boot.notify("ascend_env.sim")
+        from ascend_env import _watch
+
+        _watch.notify(boot.STATE, "ascend_env.sim")
 
 
 def fallbacks() -> collections.Counter[str]:

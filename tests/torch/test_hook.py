@@ -138,9 +138,9 @@ def test_waits_for_the_torch_npu_import(hooked_env, fake_torch_npu):
 def test_registering_twice_is_harmless(hooked_env):
     code = (
         ENABLE_SIM.format(table="2.1.0.post6")
-        + "\nimport json, torch\nimport ascend_env_hook as _boot\nfrom ascend_env import runtime\n"
+        + "\nimport json, torch\nimport ascend_env_hook as boot\nfrom ascend_env import _watch, runtime\n"
         "first = list(runtime.status()['registered'])\n"
-        "again = runtime.activate('ascend_env.sim')\n_boot.notify('ascend_env.sim')\n"
+        "again = runtime.activate('ascend_env.sim')\n_watch.notify(boot.STATE, 'ascend_env.sim')\n"
         "x = torch.tensor([1, 2], device='npu')\n"
         "print(json.dumps([first, again, runtime.status()['registered'], torch.isin(x, x).cpu().tolist()]))\n"
     )

@@ -1,0 +1,80 @@
+"""The startup hook's second half, imported only once an NPU backend appears.
+
+:mod:`ascend_env._boot` (installed as ``ascend_env_hook``) stays small because every process
+loads it. What it needs once ``torch_npu`` is imported lives here: :func:`find_and_wrap` finds
+the module with the other finders, takes the hook's finder off ``sys.meta_path`` and wraps the
+module's loader, so that :func:`notify` runs once the module has been executed; :func:`notify`
+registers the fixes of :mod:`ascend_env.runtime`, and the simulator calls it too. Both take the
+hook's record (``ascend_env_hook.STATE``) and swallow every exception into it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType, SimpleNamespace
+
+
+def find_and_wrap(
+    state: SimpleNamespace,
+    fullname: str,
+    path: Optional[Sequence[str]],
+    target: Optional[ModuleType],
+) -> Optional[ModuleSpec]:
+    """``fullname``'s spec from the finders after the hook's (``state.finder``), its loader wrapped
+    to call :func:`notify` for it; the hook's finder leaves ``sys.meta_path`` once it is found."""
+    state.searching = True
+    try:
+        spec = None
+        for finder in list(sys.meta_path):
+            method = getattr(finder, "find_spec", None)
+            if finder is state.finder or method is None:
+                continue
+            spec = method(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = NotifyingLoader(spec.loader, lambda: notify(state, fullname))
+        if state.finder in sys.meta_path:
+            sys.meta_path.remove(state.finder)
+        return spec
+    finally:
+        state.searching = False
+
+
+class NotifyingLoader:
+    """``loader``, calling ``done()`` once it has executed the module; anything else it is asked,
+    the wrapped loader answers."""
+
+    def __init__(self, loader: Any, done: Callable[[], None]) -> None:
+        self._loader = loader
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
+        create = getattr(self._loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._done()
+
+
+def notify(state: SimpleNamespace, source: str) -> None:
+    """An NPU backend (``torch_npu`` or ``ascend_env.sim``) is ready: register what it lacks,
+    unless the hook did not start in this process or its kill switch is set."""
+    if not state.started or state.disabled:
+        return
+    state.events.append(source)
+    try:
+        from ascend_env import runtime
+
+        runtime.activate(source)
+    except Exception as exc:
+        state.errors.append(f"{type(exc).__name__}: {exc}")
