@@ -147,12 +147,19 @@ _SMALL_DTYPES = frozenset(_PROMOTABLE)
 _SMALL_T = 10
 # Below this many elements plus test elements a 16-bit table costs more than sort and search.
 _TABLE16_MIN = 1 << 14
-# Up to this many element x test pairs, one broadcast eq + any.
+# Up to this many element x test pairs, one broadcast eq + any, for fewer than _SCAN_MIN_N elements:
+# from there on a pass per test element (scan) costs less, as any() over a short last dimension is
+# slow.
 _BROADCAST_MAX = 1 << 16
+_SCAN_MIN_N = 1 << 13
 # Up to this many test elements (and more pairs), one pass over the elements per test element.
 _SCAN_MAX_T = 16
-# From this many elements on, integer elements are sorted before the search.
+# From this many elements on, integer elements are sorted before the search, once there are at
+# least _SORT_BOTH_MIN_T test elements: below that, searching costs less than sorting, and scan
+# (up to _SCAN_MAX_T_MANY test elements) less than either when the elements come in random order.
 _SORT_BOTH_MIN_N = 1 << 18
+_SORT_BOTH_MIN_T = 100
+_SCAN_MAX_T_MANY = 32
 # sort-both's chunks hold this many times CHUNK_BYTES (sort keys, their order, the values in that
 # order, positions): each chunk searches the whole sorted test, so fewer chunks search less.
 _SORT_CHUNKS = 4
@@ -210,7 +217,7 @@ def isin_tensor_tensor(
         # A 1-d result is contiguous whatever the elements' stride, as natively: the last tokens
         # transformers passes, input_ids[:, -1], are a strided column.
         t, n, d = test_shape[0], elements.numel(), elements.dim()
-        if 0 < n * t <= _BROADCAST_MAX and dtype in _SMALL_DTYPES and (d == 1 or elements.is_contiguous()):
+        if 0 < n < _SCAN_MIN_N and dtype in _SMALL_DTYPES and (d == 1 or elements.is_contiguous()):
             if t == 1 and d:
                 return elements.ne(test_elements) if invert else elements.eq(test_elements)
             if n == 1 and d == 1:  # one sequence: no unsqueeze
@@ -448,18 +455,22 @@ def choose_strategy(n: int, t: int, dtype: torch.dtype) -> str:
 
     Chosen by size, like native's brute force vs sorting, with the costs measured on the CPU
     (``bench/isin.py``): few pairs -> ``brute`` (fewest ops); 8-bit integers, or 16-bit ones in
-    bulk -> ``table``; a handful of test elements -> ``scan``; many integer elements ->
-    ``sort-both``; else ``search``. ``search`` is fastest when the elements come sorted (a
-    vocabulary ``arange``), ``sort-both`` when many come in random order.
+    bulk -> ``table``; a handful of test elements (up to 32 against many integer elements) ->
+    ``scan``; many integer elements against 100 test elements or more -> ``sort-both``; else
+    ``search``. ``search`` is fastest when the elements come sorted (a vocabulary ``arange``),
+    ``sort-both`` when many come in random order.
     """
-    if t == 1 or dtype in _BRUTE_ONLY or n * t <= _BROADCAST_MAX:
+    if t == 1 or dtype in _BRUTE_ONLY or (n * t <= _BROADCAST_MAX and n < _SCAN_MIN_N):
         return "brute"
     if dtype in _TABLES and (dtype.itemsize == 1 or n + t >= _TABLE16_MIN):
         return "table"
     if t <= _SCAN_MAX_T:
         return "scan"
     if n >= _SORT_BOTH_MIN_N and not dtype.is_floating_point:
-        return "sort-both"
+        if t <= _SCAN_MAX_T_MANY:
+            return "scan"
+        if t >= _SORT_BOTH_MIN_T:
+            return "sort-both"
     return "search"
 
 

@@ -364,9 +364,19 @@ def test_lookup_table_covers_the_whole_range(dtype):
 
 def test_strategy_choice_by_size():
     assert ops.choose_strategy(64, 8, torch.int64) == "brute"
+    assert ops.choose_strategy(4096, 8, torch.int64) == "brute"
     assert ops.choose_strategy(10**6, 1, torch.float32) == "brute"
+    # From 8192 elements on, a pass per test element beats a broadcast, however few the pairs.
+    assert ops.choose_strategy(8192, 2, torch.int64) == "scan"
+    assert ops.choose_strategy(32000, 2, torch.int64) == "scan"
     assert ops.choose_strategy(152064, 10, torch.int64) == "scan"
+    assert ops.choose_strategy(152064, 24, torch.int64) == "search"
     assert ops.choose_strategy(32000, 1000, torch.int64) == "search"
+    # Many integer elements: scan up to 32 test elements, search below 100, sort-both from there.
+    assert ops.choose_strategy(64 * 4096, 32, torch.int64) == "scan"
+    assert ops.choose_strategy(64 * 4096, 33, torch.int64) == "search"
+    assert ops.choose_strategy(64 * 4096, 99, torch.int64) == "search"
+    assert ops.choose_strategy(64 * 4096, 24, torch.float32) == "search"
     assert ops.choose_strategy(64 * 4096, 100, torch.int64) == "sort-both"
     assert ops.choose_strategy(10**7, 10**5, torch.int64) == "sort-both"
     assert ops.choose_strategy(10**7, 10**5, torch.float32) == "search"
