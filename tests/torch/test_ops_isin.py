@@ -218,6 +218,12 @@ def test_matches_native(pair, assume_unique, invert):
     check_against_native(elements, test, got, assume_unique, invert)
 
 
+def assert_same_tensor(got: torch.Tensor, want: torch.Tensor) -> None:
+    """``got`` equals ``want`` in values, shape, strides and dtype."""
+    assert torch.equal(got, want)
+    assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
 @pytest.mark.parametrize("shape", [(1,), (8,), (64,), (1, 1), (2, 3), ()])
 @pytest.mark.parametrize("tests", [1, 2, 8])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
@@ -227,9 +233,7 @@ def test_end_of_sequence_shapes_match_native_layout(shape, tests, dtype):
     elements = torch.randint(0, 6, shape, generator=generator).to(dtype)
     test = torch.randint(0, 6, (tests,), generator=generator).to(dtype)
     for invert in (False, True):
-        got, want = isin(elements, test, invert=invert), torch.isin(elements, test, invert=invert)
-        assert torch.equal(got, want)
-        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+        assert_same_tensor(isin(elements, test, invert=invert), torch.isin(elements, test, invert=invert))
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64])
@@ -246,8 +250,7 @@ def test_last_token_column_takes_the_few_pairs_path(batch, tests):
             want = torch.isin(elements, test, invert=invert)
             with OpAudit() as audit:
                 got = isin(elements, test, invert=invert)
-            assert torch.equal(got, want)
-            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+            assert_same_tensor(got, want)
             compare = {"ne.Tensor"} if invert else {"eq.Tensor"}
             reduce = set() if tests == 1 else {"all.dim"} if invert else {"any.dim"}
             unsqueeze = set() if tests == 1 or batch == 1 else {"unsqueeze"}
