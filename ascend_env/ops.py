@@ -210,23 +210,29 @@ def isin_tensor_tensor(
 ) -> Tensor:
     """``aten::isin.Tensor_Tensor``."""
     dtype = elements.dtype
-    test_shape = test_elements.shape
-    if len(test_shape) == 1 and 0 < test_shape[0] < _SMALL_T and dtype is test_elements.dtype:
+    if dtype is test_elements.dtype and dtype in _SMALL_DTYPES and test_elements.dim() == 1:
         # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
         # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
         # A 1-d result is contiguous whatever the elements' stride, as natively: the last tokens
-        # transformers passes, input_ids[:, -1], are a strided column.
-        t, n, d = test_shape[0], elements.numel(), elements.dim()
-        if 0 < n < _SCAN_MIN_N and dtype in _SMALL_DTYPES and (d == 1 or elements.is_contiguous()):
-            if t == 1 and d:
-                return elements.ne(test_elements) if invert else elements.eq(test_elements)
-            if n == 1 and d == 1:  # one sequence: no unsqueeze
-                if invert:
-                    return test_elements.ne(elements).all(-1, keepdim=True)
-                return test_elements.eq(elements).any(-1, keepdim=True)
-            if invert:
-                return elements.unsqueeze(-1).ne(test_elements).all(-1)
-            return elements.unsqueeze(-1).eq(test_elements).any(-1)
+        # transformers passes, input_ids[:, -1], are a strided column. No element or no test
+        # element needs no branch: eq gives an empty product, which any() (all()) reduces to
+        # False (True), as natively. One check at a time, each a call, as this path runs on
+        # every decoding step.
+        t = test_elements.numel()
+        if t < _SMALL_T:
+            n = elements.numel()
+            if n < _SCAN_MIN_N:
+                d = elements.dim()
+                if d == 1 or elements.is_contiguous():
+                    if t == 1 and d:
+                        return elements.ne(test_elements) if invert else elements.eq(test_elements)
+                    if n == 1 and d == 1:  # one sequence: no unsqueeze
+                        if invert:
+                            return test_elements.ne(elements).all(-1, keepdim=True)
+                        return test_elements.eq(elements).any(-1, keepdim=True)
+                    if invert:
+                        return elements.unsqueeze(-1).ne(test_elements).all(-1)
+                    return elements.unsqueeze(-1).eq(test_elements).any(-1)
     if dtype in _UNSUPPORTED or test_elements.dtype in _UNSUPPORTED:
         _check_dtype(dtype)
         _check_dtype(test_elements.dtype)

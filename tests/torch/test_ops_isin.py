@@ -224,11 +224,12 @@ def assert_same_tensor(got: torch.Tensor, want: torch.Tensor) -> None:
     assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
 
 
-@pytest.mark.parametrize("shape", [(1,), (8,), (64,), (1, 1), (2, 3), ()])
-@pytest.mark.parametrize("tests", [1, 2, 8])
+@pytest.mark.parametrize("shape", [(1,), (8,), (64,), (1, 1), (2, 3), (), (0,), (0, 3), (3, 0)])
+@pytest.mark.parametrize("tests", [0, 1, 2, 8])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
 def test_end_of_sequence_shapes_match_native_layout(shape, tests, dtype):
-    """The few-pairs fast paths give native's values, shape, strides and dtype."""
+    """The few-pairs fast paths give native's values, shape, strides and dtype, with no element or
+    no test element too."""
     generator = torch.Generator().manual_seed(tests)
     elements = torch.randint(0, 6, shape, generator=generator).to(dtype)
     test = torch.randint(0, 6, (tests,), generator=generator).to(dtype)
