@@ -15,7 +15,8 @@ Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`c
 * ``scan``: a handful of test elements against many elements: one ``eq`` + ``logical_or_`` per
   test element, over cache-sized chunks;
 * ``table``: 8-bit integers (16-bit ones in bulk): a bool table over the dtype's whole value
-  range, built with ``scatter_`` and read with ``index_select``;
+  range, built with ``scatter_`` and read with ``index_select``; 32 and 64-bit integers too when
+  the caller of :func:`isin` gives ``value_bound``, over ``range(value_bound)``;
 * ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
   ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
 * ``sort-both``: each chunk of elements sorted too (int64 by a 32-bit key: the value shifted right
@@ -86,6 +87,8 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "any.dim",
         "any.out",
         "as_strided",
+        "clamp",
+        "clamp.out",
         "clamp_max_",
         "clone",
         "copy_",
@@ -160,6 +163,13 @@ _SCAN_MAX_T = 16
 _SORT_BOTH_MIN_N = 1 << 18
 _SORT_BOTH_MIN_T = 100
 _SCAN_MAX_T_MANY = 32
+# A caller's value_bound makes a table of bound + 2 slots (int32 positions): at most this bound.
+_BOUND_MAX = (1 << 31) - 3
+# With a value_bound, the table is used from this many test elements on (below, scan costs less)
+# while it holds at most this many slots per element and test element (filling a larger one costs
+# more than it saves; at int64, the table is then at most 8 times the inputs' bytes).
+_BOUND_MIN_T = 4
+_BOUND_SLOTS_PER_VALUE = 64
 # sort-both's chunks hold this many times CHUNK_BYTES (sort keys, their order, the values in that
 # order, positions): each chunk searches the whole sorted test, so fewer chunks search less.
 _SORT_CHUNKS = 4
@@ -172,14 +182,27 @@ def isin(
     assume_unique: bool = False,
     invert: bool = False,
     out: Optional[Tensor] = None,
+    value_bound: Optional[int] = None,
 ) -> Tensor:
     """Whether each of ``elements`` is in ``test_elements``, like :func:`torch.isin`.
 
     Either argument may be a Python scalar, not both. See the module docstring for the strategies
     and for the cases where native ``torch.isin`` is wrong.
+
+    ``value_bound``, an extension: a promise that every value of both operands, in the dtype they
+    are compared in, lies in ``range(value_bound)`` (token ids below the vocabulary size). Integer
+    operands only. 32 and 64-bit integers may then be looked up in a bool table of
+    ``value_bound`` entries instead of being sorted or scanned (8 and 16-bit ones have a table
+    anyway). The promise is not checked, as that would read the device: an element outside the
+    range gets either the answer it would get without the promise or "not in" (``True`` with
+    ``invert``), and nothing outside the table is read. Elements in the range are always exact.
     """
+    if value_bound is not None:
+        _check_bound(value_bound)
     if isinstance(elements, Tensor):
         if isinstance(test_elements, Tensor):
+            if value_bound is not None:
+                return _isin_bounded(elements, test_elements, invert, out, value_bound)
             if out is None:
                 return isin_tensor_tensor(elements, test_elements, invert=invert)
             return isin_tensor_tensor_out(
@@ -325,6 +348,36 @@ ATEN_KERNELS: Dict[str, Callable[..., Tensor]] = {
 }
 
 
+def _isin_bounded(
+    elements: Tensor, test_elements: Tensor, invert: bool, out: Optional[Tensor], bound: int
+) -> Tensor:
+    """:func:`isin` of two tensors with ``value_bound``: native's checks and promotion, then
+    :func:`_membership` with the bound."""
+    _check_dtype(elements.dtype)
+    _check_dtype(test_elements.dtype)
+    dtype = _common_dtype(elements, test_elements)
+    if dtype.is_floating_point:
+        raise ValueError(
+            f"value_bound needs integer operands, but they are compared as {dtype}: "
+            "leave value_bound out for floating-point values"
+        )
+    if out is None:
+        return _membership(elements, test_elements, dtype, invert, None, bound=bound)
+    _prepare_out(out, elements.shape, elements.device)
+    return _write_out(
+        out, lambda dst: _membership(elements, test_elements, dtype, invert, dst, bound=bound)
+    )
+
+
+def _check_bound(bound: object) -> None:
+    if isinstance(bound, bool) or not isinstance(bound, int) or not 1 <= bound <= _BOUND_MAX:
+        raise ValueError(
+            f"value_bound must be an int from 1 to {_BOUND_MAX} (the values lie in "
+            f"range(value_bound), which sizes a lookup table), got {bound!r}: pass the vocabulary "
+            "size, or leave value_bound out"
+        )
+
+
 # -- dtypes -------------------------------------------------------------------------------------
 
 
@@ -416,11 +469,13 @@ def _membership(
     invert: bool,
     dst: Optional[Tensor],
     strategy: Optional[str] = None,
+    bound: Optional[int] = None,
 ) -> Tensor:
     """``elements`` (cast to ``dtype``) in ``test`` (cast to ``dtype``), shaped like ``elements``.
 
     ``dst``, when given, is a contiguous 1-d bool tensor of ``elements.numel()`` that receives the
-    result. ``strategy`` (a key of :data:`STRATEGIES`) overrides the choice by size.
+    result. ``strategy`` (a key of :data:`STRATEGIES`) overrides the choice by size. ``bound`` is
+    :func:`isin`'s ``value_bound``: the ``table`` strategy then also serves 32 and 64-bit integers.
     """
     n, t = elements.numel(), test.numel()
     if n == 0:
@@ -434,7 +489,7 @@ def _membership(
     if test.dtype != dtype:
         test = _cast(test, dtype)
     if strategy is None:
-        strategy = choose_strategy(n, t, dtype)
+        strategy = choose_strategy(n, t, dtype, bound)
     if (
         strategy == "brute"
         and dst is None
@@ -452,23 +507,34 @@ def _membership(
         return torch.any(torch.eq(elements.unsqueeze(-1), test), -1)
     if dst is None:
         dst = torch.empty(n, dtype=torch.bool, device=elements.device)
-    STRATEGIES[strategy](_flat(elements), _flat(test), invert, dst)
+    if strategy == "table" and dtype not in _TABLES:
+        if bound is None:
+            raise ValueError(f"the table strategy needs a value bound for {dtype}")
+        _bounded_table(_flat(elements), _flat(test), invert, dst, bound)
+    else:
+        STRATEGIES[strategy](_flat(elements), _flat(test), invert, dst)
     return dst.view(elements.shape)
 
 
-def choose_strategy(n: int, t: int, dtype: torch.dtype) -> str:
-    """The strategy for ``n`` elements and ``t`` test elements of ``dtype`` (both non-zero).
+def choose_strategy(n: int, t: int, dtype: torch.dtype, bound: Optional[int] = None) -> str:
+    """The strategy for ``n`` elements and ``t`` test elements of ``dtype`` (both non-zero), all
+    in ``range(bound)`` when ``bound`` is given.
 
     Chosen by size, like native's brute force vs sorting, with the costs measured on the CPU
     (``bench/isin.py``): few pairs -> ``brute`` (fewest ops); 8-bit integers, or 16-bit ones in
     bulk -> ``table``; a handful of test elements (up to 32 against many integer elements) ->
     ``scan``; many integer elements against 100 test elements or more -> ``sort-both``; else
     ``search``. ``search`` is fastest when the elements come sorted (a vocabulary ``arange``),
-    ``sort-both`` when many come in random order.
+    ``sort-both`` when many come in random order. With a ``bound`` (32 and 64-bit integers), a
+    ``table`` of ``bound`` slots replaces all but ``brute`` from :data:`_BOUND_MIN_T` test elements
+    on, while it has at most :data:`_BOUND_SLOTS_PER_VALUE` slots per element and test element.
     """
     if t == 1 or dtype in _BRUTE_ONLY or (n * t <= _BROADCAST_MAX and n < _SCAN_MIN_N):
         return "brute"
-    if dtype in _TABLES and (dtype.itemsize == 1 or n + t >= _TABLE16_MIN):
+    if dtype in _TABLES:
+        if dtype.itemsize == 1 or n + t >= _TABLE16_MIN:
+            return "table"
+    elif bound is not None and t >= _BOUND_MIN_T and bound <= _BOUND_SLOTS_PER_VALUE * (n + t):
         return "table"
     if t <= _SCAN_MAX_T:
         return "scan"
@@ -580,6 +646,35 @@ def _lookup_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> 
         if low:
             index.sub_(low)
         torch.index_select(table, 0, index, out=_part(dst, start, part.numel()))
+
+
+def _bounded_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor, bound: int) -> None:
+    """A bool table over ``range(bound)`` (:func:`isin`'s ``value_bound``), indexed by value.
+
+    Values are clamped to ``-1 .. bound`` and shifted by one: slots ``1 .. bound`` hold the values
+    in range, slots ``0`` and ``bound + 1`` everything below and above, and those two are reset
+    after the test elements are marked, so that no element outside the range is found.
+    """
+    slots = test.clamp(-1, bound)
+    if slots.dtype != torch.int64:  # scatter_ takes int64 positions only
+        slots = _cast(slots, torch.int64)
+    slots.add_(1)
+    table = torch.full((bound + 2,), invert, dtype=torch.bool, device=elements.device)
+    table.scatter_(0, slots, not invert)
+    _part(table, 0, 1).fill_(invert)
+    _part(table, bound + 1, 1).fill_(invert)
+    n = elements.numel()
+    step = max(1, CHUNK_BYTES // (4 + elements.element_size()))
+    clamped = torch.empty(min(step, n), dtype=elements.dtype, device=elements.device)
+    index = clamped
+    if elements.dtype != torch.int32:
+        index = torch.empty(min(step, n), dtype=torch.int32, device=elements.device)
+    for start in range(0, n, step):
+        length = min(step, n - start)
+        part = torch.clamp(_part(elements, start, length), -1, bound, out=_part(clamped, 0, length))
+        if index is not clamped:  # int32 positions: clamped first, so that the cast keeps values
+            part = _part(index, 0, length).copy_(part)
+        torch.index_select(table, 0, part.add_(1), out=_part(dst, start, length))
 
 
 def _sorted(test: Tensor) -> Tensor:

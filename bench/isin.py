@@ -9,6 +9,8 @@ each figure is the median over the rounds of its time per call divided by native
 in the same round. The seed patch is timed apart (three calls, median). Candidates:
 
 * ``ours``: ``ascend_env.ops.isin``;
+* ``ours, bound``: ``ascend_env.ops.isin`` told the ids' bound (``value_bound``, the vocabulary
+  size), where it fits a lookup table;
 * ``seed patch``: ``torch.tensor([e in test.tolist() for e in elements.flatten()])``, the
   monkey patch this project replaces; where it would take minutes, it is timed on a prefix of the
   elements and scaled to all of them (marked ``~``);
@@ -35,7 +37,8 @@ import torch
 
 from ascend_env.ops import isin
 
-Case = Tuple[str, str, torch.Tensor, torch.Tensor]
+# group, label, elements, test elements, the ids' bound (None: none passed)
+Case = Tuple[str, str, torch.Tensor, torch.Tensor, Optional[int]]
 
 # A call of the seed patch is timed on at most this many element x test comparisons.
 SEED_BUDGET = 20_000
@@ -69,15 +72,15 @@ def cases(quick: bool) -> List[Case]:
     for b in (1, 8, 64):
         for t in (1, 2, 8):
             # The last token of each sequence, a strided column, as EosTokenCriteria passes it.
-            found.append(("eos", f"B={b} T={t}", ids(32000, b, 16)[:, -1], ids(32000, t)))
+            found.append(("eos", f"B={b} T={t}", ids(32000, b, 16)[:, -1], ids(32000, t), 32000))
     for v in (32000, 152064):
         for t in (3, 10, 1000, 10000):  # 3: Llama 3's end-of-sequence ids, masked by logits processors
-            found.append(("vocab", f"arange({v}) T={t}", torch.arange(v), ids(v, t)))
+            found.append(("vocab", f"arange({v}) T={t}", torch.arange(v), ids(v, t), v))
     for t in (1, 24, 100, 10000, 100000):  # 24: where a pass per test id is closest to native
-        found.append(("large", f"64x4096 T={t}", ids(32000, 64, 4096), ids(32000, t)))
+        found.append(("large", f"64x4096 T={t}", ids(32000, 64, 4096), ids(32000, t), 32000))
     if not quick:
-        found.append(("large", "1e7 x 1e5, ids < 2**31", ids(2**31, 10**7), ids(2**31, 10**5)))
-        found.append(("large", "1e7 x 1e5, ids < 1e6", ids(10**6, 10**7), ids(10**6, 10**5)))
+        found.append(("large", "1e7 x 1e5, ids < 2**31", ids(2**31, 10**7), ids(2**31, 10**5), None))
+        found.append(("large", "1e7 x 1e5, ids < 1e6", ids(10**6, 10**7), ids(10**6, 10**5), 10**6))
     return found
 
 
@@ -151,17 +154,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of up to {args.rounds} rounds")
     print()
-    print("| case | native | ours | seed patch | ours vs seed | mps_friendly | mps branch |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for group, label, elements, test in cases(args.quick):
+    print("| case | native | ours | ours, bound | seed patch | ours vs seed | mps_friendly | mps branch |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for group, label, elements, test, bound in cases(args.quick):
         if args.only and group != args.only:
             continue
-        if not torch.equal(isin(elements, test), torch.isin(elements, test)):
+        want = torch.isin(elements, test)
+        if not torch.equal(isin(elements, test), want):
             raise SystemExit(f"ascend_env.ops.isin differs from torch.isin on {label}")
+        if bound is not None and not torch.equal(isin(elements, test, value_bound=bound), want):
+            raise SystemExit(f"ascend_env.ops.isin with value_bound={bound} differs on {label}")
         candidates: Dict[str, Callable[[], object]] = {
             "native": lambda e=elements, t=test: torch.isin(e, t),
             "ours": lambda e=elements, t=test: isin(e, t),
         }
+        if bound is not None:
+            candidates["bound"] = lambda e=elements, t=test, b=bound: isin(e, t, value_bound=b)
         if friendly is not None:
             candidates["mps_friendly"] = lambda e=elements, t=test: friendly(e, t)
         if elements.numel() * test.numel() <= MPS_BRANCH_MAX_PAIRS:
@@ -171,6 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ours = base * ratios["ours"]
         print(
             f"| {group}: {label} | {base * 1e6:,.1f} µs | {ratio(ratios['ours'])} "
+            f"| {ratio(ratios.get('bound'))} "
             f"| {ratio(seed / base, scaled)} | {'~' if scaled else ''}{seed / ours:,.0f}x faster "
             f"| {ratio(ratios.get('mps_friendly'))} | {ratio(ratios.get('mps branch'))} |",
             flush=True,

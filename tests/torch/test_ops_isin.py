@@ -388,6 +388,154 @@ def test_strategy_choice_by_size():
     assert ops.choose_strategy(100, 1000, torch.uint16) == "brute"
 
 
+# -- value_bound ----------------------------------------------------------------------------------
+
+INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+# Outside any bound below: negative, just above, int32's edge, and values that a cast to int32
+# before clamping would wrap into the range (2**32 + 5 -> 5).
+OUTSIDE = [-1, -2, -129, 2**31 - 1, 2**32 + 5, 2**32, -(2**40), 2**62]
+
+
+@st.composite
+def bounded_operands(draw, max_numel: int = 64) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """Integer ``(elements, test_elements, bound)``, mostly in ``range(bound)``, some not."""
+    bound = draw(st.sampled_from([1, 2, 7, 300, 40000]) | st.integers(1, 64))
+    outside = draw(st.booleans())
+    pool = st.integers(0, bound - 1)
+    if outside:
+        pool = pool | st.sampled_from(OUTSIDE + [bound, bound + 1])
+    pair = []
+    for _ in range(2):
+        tensor = draw(tensors(max_numel=max_numel, dtype=draw(st.sampled_from(INT_DTYPES))))
+        values = draw(st.lists(pool, min_size=tensor.numel(), max_size=tensor.numel()))
+        if tensor.numel():
+            # Keep the drawn layout; the values are cast as torch casts them (wrapping).
+            tensor.copy_(torch.tensor(values, dtype=torch.int64).view(tensor.shape))
+        pair.append(tensor)
+    return pair[0], pair[1], bound
+
+
+def check_bounded(
+    elements: torch.Tensor, test: torch.Tensor, bound: int, got: torch.Tensor, invert: bool
+) -> None:
+    """Exact for elements in ``range(bound)`` (in the comparison dtype); for the others, either the
+    exact answer or "not in"."""
+    want = reference(elements, test, invert)
+    assert got.shape == want.shape and got.dtype == torch.bool
+    values = python_values(elements.to(comparison_dtype(elements, test)))
+    for value, answer, exact in zip(values, got.reshape(-1).tolist(), want.reshape(-1).tolist()):
+        if 0 <= value < bound:
+            assert answer == exact, (value, answer, exact)
+        else:
+            assert answer in (exact, invert), (value, answer, exact)
+
+
+# 2**32 + 5 would wrap to 5, found, if cast to int32 before clamping; -1 and 7 fall just outside.
+WRAPS = (torch.tensor([2**32 + 5, 5, -1, 3]), torch.tensor([5, 2**32 + 5, 3, 9]), 10)
+INT32_EDGES = (torch.tensor([0, 6, 7], dtype=torch.int32), torch.tensor([-1, 7, 6], dtype=torch.int32), 7)
+
+
+@_examples(0.5)
+@given(bounded_operands(), st.booleans(), st.sampled_from([1, 7, 64, ops.CHUNK_BYTES]), st.booleans())
+@example(WRAPS, False, 1, False)
+@example(WRAPS, True, 7, True)
+@example(INT32_EDGES, False, 1, True)
+def test_bounded_table_is_exact_in_range(case, invert, chunk, into_buffer):
+    """The table for a caller's bound, forced at any chunk size, and the public isin with it."""
+    elements, test, bound = case
+    dtype = comparison_dtype(elements, test)
+    dst = torch.empty(elements.numel(), dtype=torch.bool) if into_buffer else None
+    with mock.patch.object(ops, "CHUNK_BYTES", chunk):
+        forced = ops._membership(elements, test, dtype, invert, dst, strategy="table", bound=bound)
+        public = isin(elements, test, invert=invert, value_bound=bound)
+    check_bounded(elements, test, bound, forced, invert)
+    check_bounded(elements, test, bound, public, invert)
+
+
+@pytest.mark.parametrize(
+    "elements, test, bound",
+    [
+        (torch.arange(32000), torch.arange(17, 32000, 3331), 32000),
+        (torch.arange(152064), torch.arange(0, 152064, 13), 152064),
+        (torch.arange(64 * 512).remainder_(32000).view(64, 512), torch.arange(0, 32000, 3), 32000),
+        (torch.arange(40000, dtype=torch.int32), torch.tensor([7, 39999, 0, 5], dtype=torch.int32), 40000),
+        (torch.arange(40000, dtype=torch.int32), torch.tensor([7, 39999, 0, 12345, 5]), 40000),
+    ],
+)
+def test_value_bound_takes_the_table_and_matches_native(elements, test, bound):
+    """Vocabulary-sized inputs in the bound: the table, bit for bit native's answer, out= too."""
+    dtype = comparison_dtype(elements, test)
+    assert ops.choose_strategy(elements.numel(), test.numel(), dtype, bound) == "table"
+    for invert in (False, True):
+        want = torch.isin(elements, test, invert=invert)
+        with OpAudit() as audit:
+            got = isin(elements, test, invert=invert, value_bound=bound)
+        assert_same_tensor(got, want)
+        assert "clamp" in audit.seen and "sort" not in audit.seen
+        assert audit.seen <= NATIVE_OPS, sorted(audit.seen - NATIVE_OPS)
+        out = torch.empty(0, dtype=torch.bool)
+        assert isin(elements, test, invert=invert, out=out, value_bound=bound) is out
+        assert torch.equal(out, want)
+
+
+def test_value_bound_outside_is_not_found_and_reads_nothing_outside():
+    """Promise broken on the table path: out-of-range elements and test elements are "not in",
+    however far out (no index outside the table, no wrap-around into it)."""
+    inside = torch.arange(9000)
+    elements = torch.cat([inside, torch.tensor([-1, 9000, 2**32 + 5, -(2**40), 2**62])])
+    test = torch.cat([torch.arange(0, 9000, 2), torch.tensor([-1, 9000, 2**62, 2**32 + 5])])
+    assert ops.choose_strategy(elements.numel(), test.numel(), torch.int64, 9000) == "table"
+    got = isin(elements, test, value_bound=9000)
+    assert got[:9000].tolist() == (inside % 2 == 0).tolist()
+    assert got[9000:].tolist() == [False] * 5
+    assert isin(elements, test, value_bound=9000, invert=True)[9000:].tolist() == [True] * 5
+
+
+def test_value_bound_strategy_choice():
+    assert ops.choose_strategy(152064, 10, torch.int64, 152064) == "table"
+    assert ops.choose_strategy(64 * 4096, 100000, torch.int64, 32000) == "table"
+    assert ops.choose_strategy(64 * 4096, 4, torch.int32, 32000) == "table"
+    # Below 4 test elements a pass per test element costs less than the table.
+    assert ops.choose_strategy(152064, 3, torch.int64, 152064) == "scan"
+    # Few pairs stay a broadcast; a table far larger than the inputs is not filled.
+    assert ops.choose_strategy(64, 8, torch.int64, 32000) == "brute"
+    assert ops.choose_strategy(10000, 100, torch.int64, 10**9) == "search"
+    # 8 and 16-bit integers keep their whole-range table rule.
+    assert ops.choose_strategy(100, 1000, torch.int16, 50) == "search"
+    assert ops.choose_strategy(100, 1000, torch.uint8, 50) == "table"
+
+
+@pytest.mark.parametrize("bound", [0, -3, 2**31 - 2, True, 2.0, "32000"])
+def test_bad_value_bound_is_refused(bound):
+    message = r"value_bound must be an int from 1 to 2147483645 .* got .*: pass the vocabulary size"
+    with pytest.raises(ValueError, match=message):
+        isin(torch.arange(5), torch.tensor([1, 3]), value_bound=bound)
+    # The largest bound is accepted.
+    assert isin(torch.arange(5), torch.tensor([1, 3]), value_bound=2**31 - 3).tolist() == [0, 1, 0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "elements, test",
+    [
+        (torch.arange(5.0), torch.tensor([1, 3])),
+        (torch.arange(5), torch.tensor([1.0, 3.0])),
+        (torch.arange(5), torch.tensor(1.0)),
+    ],
+)
+def test_value_bound_refuses_floating_point(elements, test):
+    with pytest.raises(ValueError, match="value_bound needs integer operands.*compared as torch.float"):
+        isin(elements, test, value_bound=10)
+
+
+def test_value_bound_with_a_scalar_operand():
+    """A scalar operand leaves one element or one test element: the bound is checked, then has no
+    use."""
+    assert isin(torch.tensor([1, 2, 3]), 2, value_bound=10).tolist() == [False, True, False]
+    assert isin(2, torch.tensor([1, 2, 3]), value_bound=10, invert=True).item() is False
+    with pytest.raises(ValueError, match="value_bound must be"):
+        isin(2, torch.tensor([1, 2, 3]), value_bound=0)
+
+
 # -- the aten overloads as the dispatcher calls them ---------------------------------------------
 
 
@@ -594,7 +742,11 @@ def test_native_ops_is_exactly_what_is_dispatched():
         for invert in (False, True):
             for chunk in (8, ops.CHUNK_BYTES):
                 seen |= audited_calls(elements, test, invert, strategy, chunk)
-    assert seen == NATIVE_OPS
+    elements, test = torch.arange(10000), torch.arange(0, 100, 7)
+    with OpAudit() as audit:  # value_bound's table
+        isin(elements, test, value_bound=10000)
+    assert seen | audit.seen == NATIVE_OPS
+    assert "clamp" not in seen
 
 
 def test_native_ops_are_native_in_every_torch_npu_release():
@@ -672,6 +824,17 @@ def test_peak_memory_is_bounded_by_chunks(numel, tests, dtype):
     assert meter.peak <= bound < numel * tests // 4
 
 
+def test_peak_memory_with_value_bound_is_the_table_and_a_chunk():
+    numel, tests, vocab = 1 << 20, 5000, 152064
+    elements = torch.randint(0, vocab, (numel,))
+    test = torch.randint(0, vocab, (tests,))
+    out = torch.empty(numel, dtype=torch.bool)
+    with peak_memory(elements, test, out) as meter:
+        isin(elements, test, out=out, value_bound=vocab)
+    assert torch.equal(out, torch.isin(elements, test))
+    assert meter.peak <= ops.CHUNK_BYTES + vocab + 2 + 16 * tests
+
+
 # -- on the simulated NPU -------------------------------------------------------------------------
 
 
@@ -700,6 +863,17 @@ def test_runs_natively_on_the_simulated_npu(npu, elements, test):
     assert not sim.fallbacks(), dict(sim.fallbacks())
     assert got.device.type == npu and torch.equal(got.cpu(), want)
     assert torch.equal(inverted.cpu(), ~want)
+
+
+def test_value_bound_runs_natively_on_the_simulated_npu(npu):
+    from ascend_env import sim
+
+    elements, test = torch.arange(10000), torch.tensor([3, 70, 9999, -1, 10000, 2**33])
+    want = reference(elements, test, False)
+    sim.reset()
+    got = isin(elements.to(npu), test.to(npu), value_bound=10000)
+    assert not sim.fallbacks(), dict(sim.fallbacks())
+    assert got.device.type == npu and torch.equal(got.cpu(), want)
 
 
 def test_simulated_npu_counts_fallbacks(npu):
