@@ -198,10 +198,13 @@ def isin(
     ``invert``), and nothing outside the table is read. Elements in the range are always exact.
     """
     if value_bound is not None:
-        _check_bound(value_bound)
+        _check_bound(value_bound, elements, test_elements)
     if isinstance(elements, Tensor):
         if isinstance(test_elements, Tensor):
-            if value_bound is not None:
+            # Few pairs never take the table: they keep isin_tensor_tensor's fast path.
+            if value_bound is not None and (
+                elements.numel() >= _SCAN_MIN_N or test_elements.numel() >= _SMALL_T
+            ):
                 return _isin_bounded(elements, test_elements, invert, out, value_bound)
             if out is None:
                 return isin_tensor_tensor(elements, test_elements, invert=invert)
@@ -237,10 +240,10 @@ def isin_tensor_tensor(
         # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
         # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
         # A 1-d result is contiguous whatever the elements' stride, as natively: the last tokens
-        # transformers passes, input_ids[:, -1], are a strided column. No element or no test
-        # element needs no branch: eq gives an empty product, which any() (all()) reduces to
-        # False (True), as natively. One check at a time, each a call, as this path runs on
-        # every decoding step.
+        # transformers passes, input_ids[:, -1], are a strided column. Empty elements or test
+        # elements need no branch of their own: eq gives an empty product, which any() (all())
+        # reduces to False (True), as natively. One check at a time, as each is a call and this
+        # path runs on every decoding step.
         t = test_elements.numel()
         if t < _SMALL_T:
             n = elements.numel()
@@ -356,11 +359,6 @@ def _isin_bounded(
     _check_dtype(elements.dtype)
     _check_dtype(test_elements.dtype)
     dtype = _common_dtype(elements, test_elements)
-    if dtype.is_floating_point:
-        raise ValueError(
-            f"value_bound needs integer operands, but they are compared as {dtype}: "
-            "leave value_bound out for floating-point values"
-        )
     if out is None:
         return _membership(elements, test_elements, dtype, invert, None, bound=bound)
     _prepare_out(out, elements.shape, elements.device)
@@ -369,13 +367,22 @@ def _isin_bounded(
     )
 
 
-def _check_bound(bound: object) -> None:
+def _check_bound(bound: object, *operands: Union[Tensor, Scalar]) -> None:
+    """Refuse a ``value_bound`` that is not an int that a table with int32 positions can hold, or
+    that comes with a floating-point operand (which makes the comparison floating-point)."""
     if isinstance(bound, bool) or not isinstance(bound, int) or not 1 <= bound <= _BOUND_MAX:
         raise ValueError(
             f"value_bound must be an int from 1 to {_BOUND_MAX} (the values lie in "
             f"range(value_bound), which sizes a lookup table), got {bound!r}: pass the vocabulary "
             "size, or leave value_bound out"
         )
+    for operand in operands:
+        dtype = operand.dtype if isinstance(operand, Tensor) else _scalar_dtype(operand)
+        if dtype.is_floating_point:
+            raise ValueError(
+                f"value_bound needs integer operands, got {dtype}: "
+                "leave value_bound out for floating-point values"
+            )
 
 
 # -- dtypes -------------------------------------------------------------------------------------
