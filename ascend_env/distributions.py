@@ -45,7 +45,7 @@ def search_path(paths: Optional[Sequence[Path]] = None) -> List[str]:
 def name_of(dist: Distribution) -> str:
     """The distribution's project name as written in its metadata (``""`` when missing)."""
     try:
-        return dist.metadata["Name"] or ""
+        return dist.metadata.get("Name") or ""
     except Exception:  # a broken METADATA file must not stop the search
         return ""
 
@@ -69,7 +69,7 @@ def find(name: str, paths: Optional[Sequence[Path]] = None) -> Optional[Distribu
 def version(dist: Distribution) -> Optional[str]:
     """The ``Version`` of ``dist``, or ``None`` when its metadata has none."""
     try:
-        value = dist.metadata["Version"]
+        value = dist.metadata.get("Version")
     except Exception:
         return None
     return value.strip() if value and value.strip() else None

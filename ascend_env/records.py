@@ -149,7 +149,7 @@ def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
     for directory in _dist_info_dirs(site_packages):
         dist = PathDistribution(directory)
         try:
-            dist_name, version = dist.metadata["Name"], dist.metadata["Version"]
+            dist_name, version = dist.metadata.get("Name"), dist.metadata.get("Version")
         except (TypeError, AttributeError, KeyError, OSError):  # no or unreadable METADATA
             continue
         if dist_name and version and canonicalize_name(dist_name) == wanted:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import warnings
+from importlib import metadata
 from pathlib import Path
 
-from ascend_env import distributions
+from ascend_env import distributions, records
 
 DIST_INFO = Path(__file__).parent / "data" / "dist-info"
 
@@ -65,6 +67,19 @@ def test_broken_metadata_does_not_raise(tmp_path):
     dist = distributions.find("torch_npu", [tmp_path])
     assert dist is not None and distributions.version(dist) is None
     assert distributions.find("binary", [tmp_path]) is None
+
+
+def test_missing_fields_read_without_warnings(tmp_path):
+    """Python 3.12+ warns when a missing METADATA field is read by key (and will raise later):
+    both readers of the metadata ask with get()."""
+    (tmp_path / "noversion-1.0.dist-info").mkdir()
+    (tmp_path / "noversion-1.0.dist-info" / "METADATA").write_text("Summary: no name, no version\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = next(iter(metadata.distributions(path=[str(tmp_path)])))
+        assert distributions.name_of(dist) == "" and distributions.version(dist) is None
+        assert records.find_distribution(tmp_path, "noversion") is None
+    assert not [str(w.message) for w in caught]
 
 
 def test_site_packages_of_this_interpreter():
