@@ -201,11 +201,11 @@ def isin(
         _check_bound(value_bound, elements, test_elements)
     if isinstance(elements, Tensor):
         if isinstance(test_elements, Tensor):
-            # Few pairs never take the table: they keep isin_tensor_tensor's fast path.
+            # The fast path's sizes (few pairs) leave the bound out: a table seldom pays there.
             if value_bound is not None and (
                 elements.numel() >= _SCAN_MIN_N or test_elements.numel() >= _SMALL_T
             ):
-                return _isin_bounded(elements, test_elements, invert, out, value_bound)
+                return _tensor_tensor(elements, test_elements, invert, out, value_bound)
             if out is None:
                 return isin_tensor_tensor(elements, test_elements, invert=invert)
             return isin_tensor_tensor_out(
@@ -245,26 +245,21 @@ def isin_tensor_tensor(
         # reduces to False (True), as natively. One check at a time, as each is a call and this
         # path runs on every decoding step.
         t = test_elements.numel()
-        if t < _SMALL_T:
-            n = elements.numel()
-            if n < _SCAN_MIN_N:
-                d = elements.dim()
-                if d == 1 or elements.is_contiguous():
-                    if t == 1 and d:
-                        return elements.ne(test_elements) if invert else elements.eq(test_elements)
-                    if n == 1 and d == 1:  # one sequence: no unsqueeze
-                        if invert:
-                            return test_elements.ne(elements).all(-1, keepdim=True)
-                        return test_elements.eq(elements).any(-1, keepdim=True)
-                    if invert:
-                        return elements.unsqueeze(-1).ne(test_elements).all(-1)
-                    return elements.unsqueeze(-1).eq(test_elements).any(-1)
-    if dtype in _UNSUPPORTED or test_elements.dtype in _UNSUPPORTED:
-        _check_dtype(dtype)
-        _check_dtype(test_elements.dtype)
-    if test_elements.dtype != dtype:
-        dtype = _common_dtype(elements, test_elements)
-    return _membership(elements, test_elements, dtype, invert, None)
+        if (
+            t < _SMALL_T
+            and (n := elements.numel()) < _SCAN_MIN_N
+            and ((d := elements.dim()) == 1 or elements.is_contiguous())
+        ):
+            if t == 1 and d:
+                return elements.ne(test_elements) if invert else elements.eq(test_elements)
+            if n == 1 and d == 1:  # one sequence: no unsqueeze
+                if invert:
+                    return test_elements.ne(elements).all(-1, keepdim=True)
+                return test_elements.eq(elements).any(-1, keepdim=True)
+            if invert:
+                return elements.unsqueeze(-1).ne(test_elements).all(-1)
+            return elements.unsqueeze(-1).eq(test_elements).any(-1)
+    return _tensor_tensor(elements, test_elements, invert, None, None)
 
 
 def isin_tensor_tensor_out(
@@ -276,11 +271,7 @@ def isin_tensor_tensor_out(
     out: Tensor,
 ) -> Tensor:
     """``aten::isin.Tensor_Tensor_out``: resizes ``out`` to ``elements.shape`` and fills it."""
-    _check_dtype(elements.dtype)
-    _check_dtype(test_elements.dtype)
-    _prepare_out(out, elements.shape, elements.device)
-    dtype = _common_dtype(elements, test_elements)
-    return _write_out(out, lambda dst: _membership(elements, test_elements, dtype, invert, dst))
+    return _tensor_tensor(elements, test_elements, invert, out, None)
 
 
 def isin_tensor_scalar(
@@ -351,17 +342,21 @@ ATEN_KERNELS: Dict[str, Callable[..., Tensor]] = {
 }
 
 
-def _isin_bounded(
-    elements: Tensor, test_elements: Tensor, invert: bool, out: Optional[Tensor], bound: int
+def _tensor_tensor(
+    elements: Tensor, test_elements: Tensor, invert: bool, out: Optional[Tensor], bound: Optional[int]
 ) -> Tensor:
-    """:func:`isin` of two tensors with ``value_bound``: native's checks and promotion, then
-    :func:`_membership` with the bound."""
-    _check_dtype(elements.dtype)
-    _check_dtype(test_elements.dtype)
-    dtype = _common_dtype(elements, test_elements)
+    """Two tensors past the fast path (both ``Tensor_Tensor`` kernels, and :func:`isin` with a
+    ``value_bound``): native's dtype and ``out`` checks and promotion, then :func:`_membership`."""
+    dtype = elements.dtype
+    if dtype in _UNSUPPORTED or test_elements.dtype in _UNSUPPORTED:
+        _check_dtype(dtype)
+        _check_dtype(test_elements.dtype)
+    if out is not None:
+        _prepare_out(out, elements.shape, elements.device)
+    if test_elements.dtype != dtype:
+        dtype = _common_dtype(elements, test_elements)
     if out is None:
         return _membership(elements, test_elements, dtype, invert, None, bound=bound)
-    _prepare_out(out, elements.shape, elements.device)
     return _write_out(
         out, lambda dst: _membership(elements, test_elements, dtype, invert, dst, bound=bound)
     )
@@ -514,10 +509,8 @@ def _membership(
         return torch.any(torch.eq(elements.unsqueeze(-1), test), -1)
     if dst is None:
         dst = torch.empty(n, dtype=torch.bool, device=elements.device)
-    if strategy == "table" and dtype not in _TABLES:
-        if bound is None:
-            raise ValueError(f"the table strategy needs a value bound for {dtype}")
-        _bounded_table(_flat(elements), _flat(test), invert, dst, bound)
+    if strategy == "table":
+        _lookup_table(_flat(elements), _flat(test), invert, dst, bound)
     else:
         STRATEGIES[strategy](_flat(elements), _flat(test), invert, dst)
     return dst.view(elements.shape)
@@ -637,51 +630,50 @@ def _sort_key(part: Tensor) -> Tensor:
     return _cast(part >> shift, torch.int32)
 
 
-def _lookup_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
-    """A bool table over the dtype's whole value range (8 and 16-bit integers), indexed by value."""
-    low, size = _TABLES[elements.dtype]
-    slots = _cast(test, torch.int64)
+def _lookup_table(
+    elements: Tensor, test: Tensor, invert: bool, dst: Tensor, bound: Optional[int] = None
+) -> None:
+    """A bool table indexed by value: over the dtype's whole range (8 and 16-bit integers), else
+    over ``range(bound)`` (:func:`isin`'s ``value_bound``).
+
+    For a bound, values are clamped to ``-1 .. bound`` and shifted by one: slots ``1 .. bound``
+    hold the values in range, slots ``0`` and ``bound + 1`` everything below and above, and those
+    two are reset after the test elements are marked, so that no element outside the range is
+    found. Clamping comes before the cast to int32 positions, so that the cast keeps values.
+    """
+    if elements.dtype in _TABLES:
+        low, size = _TABLES[elements.dtype]
+        bound = None
+    elif bound is None:
+        raise ValueError(f"the table strategy needs a value bound for {elements.dtype}")
+    else:
+        low, size = -1, bound + 2
+    slots = test if bound is None else test.clamp(-1, bound)
+    if slots is test or slots.dtype != torch.int64:  # scatter_ takes int64 positions only
+        slots = _cast(slots, torch.int64)
     if low:
         slots.sub_(low)
     table = torch.full((size,), invert, dtype=torch.bool, device=elements.device)
     table.scatter_(0, slots, not invert)
+    if bound is not None:
+        _part(table, 0, 1).fill_(invert)
+        _part(table, bound + 1, 1).fill_(invert)
     n = elements.numel()
-    step = max(1, CHUNK_BYTES // 4)
-    for start in range(0, n, step):
-        part = _part(elements, start, min(step, n - start))
-        index = _cast(part, torch.int32)
-        if low:
-            index.sub_(low)
-        torch.index_select(table, 0, index, out=_part(dst, start, part.numel()))
-
-
-def _bounded_table(elements: Tensor, test: Tensor, invert: bool, dst: Tensor, bound: int) -> None:
-    """A bool table over ``range(bound)`` (:func:`isin`'s ``value_bound``), indexed by value.
-
-    Values are clamped to ``-1 .. bound`` and shifted by one: slots ``1 .. bound`` hold the values
-    in range, slots ``0`` and ``bound + 1`` everything below and above, and those two are reset
-    after the test elements are marked, so that no element outside the range is found.
-    """
-    slots = test.clamp(-1, bound)
-    if slots.dtype != torch.int64:  # scatter_ takes int64 positions only
-        slots = _cast(slots, torch.int64)
-    slots.add_(1)
-    table = torch.full((bound + 2,), invert, dtype=torch.bool, device=elements.device)
-    table.scatter_(0, slots, not invert)
-    _part(table, 0, 1).fill_(invert)
-    _part(table, bound + 1, 1).fill_(invert)
-    n = elements.numel()
-    step = max(1, CHUNK_BYTES // (4 + elements.element_size()))
-    clamped = torch.empty(min(step, n), dtype=elements.dtype, device=elements.device)
-    index = clamped
-    if elements.dtype != torch.int32:
-        index = torch.empty(min(step, n), dtype=torch.int32, device=elements.device)
+    # Per chunk: the int32 positions, and for a bound the clamped values (in place when int32).
+    wide = bound is not None and elements.dtype != torch.int32
+    step = max(1, CHUNK_BYTES // (4 + (elements.element_size() if wide else 0)))
+    positions = torch.empty(min(step, n), dtype=torch.int32, device=elements.device)
+    clamped = torch.empty(min(step, n), dtype=elements.dtype, device=elements.device) if wide else None
     for start in range(0, n, step):
         length = min(step, n - start)
-        part = torch.clamp(_part(elements, start, length), -1, bound, out=_part(clamped, 0, length))
-        if index is not clamped:  # int32 positions: clamped first, so that the cast keeps values
-            part = _part(index, 0, length).copy_(part)
-        torch.index_select(table, 0, part.add_(1), out=_part(dst, start, length))
+        part, index = _part(elements, start, length), _part(positions, 0, length)
+        if bound is not None:
+            part = torch.clamp(part, -1, bound, out=index if clamped is None else _part(clamped, 0, length))
+        if part is not index:
+            index.copy_(part)
+        if low:
+            index.sub_(low)
+        torch.index_select(table, 0, index, out=_part(dst, start, length))
 
 
 def _sorted(test: Tensor) -> Tensor:
