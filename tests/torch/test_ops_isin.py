@@ -391,7 +391,7 @@ def test_strategy_choice_by_size():
 
 # -- value_bound ----------------------------------------------------------------------------------
 
-INT_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+INT_DTYPES = [dtype for dtype in DTYPES if not dtype.is_floating_point]
 # Outside any bound below: negative, just above, int32's edge, and values that a cast to int32
 # before clamping would wrap into the range (2**32 + 5 -> 5).
 OUTSIDE = [-1, -2, -129, 2**31 - 1, 2**32 + 5, 2**32, -(2**40), 2**62]
