@@ -19,7 +19,7 @@ Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`c
   the caller of :func:`isin` gives ``value_bound``, over ``range(value_bound)``;
 * ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
   ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
-* ``sort-both``: each chunk of elements sorted too (int64 by a 32-bit key: the value shifted right
+* ``sort-both``: each chunk of elements sorted too (by a 16-bit key: the value shifted right
   just enough to fit), searched in that order, and the answers scattered back: ``searchsorted``
   then stays in cache, which makes it faster for many integer elements in random order.
 
@@ -173,6 +173,8 @@ _BOUND_SLOTS_PER_VALUE = 64
 # sort-both's chunks hold this many times CHUNK_BYTES (sort keys, their order, the values in that
 # order, positions): each chunk searches the whole sorted test, so fewer chunks search less.
 _SORT_CHUNKS = 4
+# The integer dtypes that sort-both sorts by a 16-bit key (:func:`_sort_key`), with their bits.
+_KEY_BITS = {torch.int32: 31, torch.int64: 63}
 
 
 def isin(
@@ -596,8 +598,8 @@ def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> Non
     """Sort each chunk of elements too, search them in sorted order, and scatter the answers back.
 
     Searching elements in ascending order keeps ``searchsorted`` in cache; the order only speeds
-    the search up, so int64 elements are sorted by a 32-bit key (:func:`_sort_key`), which sorts
-    about twice as fast. Chunks hold :data:`_SORT_CHUNKS` times :data:`CHUNK_BYTES`.
+    the search up, so 32 and 64-bit elements are sorted by a 16-bit key (:func:`_sort_key`), which
+    sorts two to four times as fast. Chunks hold :data:`_SORT_CHUNKS` times :data:`CHUNK_BYTES`.
     """
     compare = torch.ne if invert else torch.eq
     ordered = _sorted(test)
@@ -616,18 +618,21 @@ def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable, dst: Tens
 
 
 def _sort_key(part: Tensor) -> Tensor:
-    """A key that sorts ``part`` in nearly ascending order: int64 values shifted right just enough
-    to fit in 32 bits (values that already fit keep their exact order), others as they are.
+    """A 16-bit key that sorts ``part`` (32 or 64-bit integers) in nearly ascending order: the
+    values shifted right just enough to fit in int16 (values that already fit keep their exact
+    order), others as they are.
 
-    The shift is computed on the device, in integers: how many of ``2**31 .. 2**62`` are at most
+    CPU ``sort`` of integers is a radix sort whose passes grow with the key's bytes, so the
+    narrowest key sorts fastest; the search only needs nearby values next to each other. The shift
+    is computed on the device, in integers: how many of ``2**15 .. 2**(bits - 1)`` are at most
     ``max(max, ~min)`` (no float, no host read).
     """
-    if part.dtype != torch.int64:
+    if part.dtype not in _KEY_BITS:
         return part
     low, high = torch.aminmax(part)
     widest = torch.maximum(high, low.bitwise_not())
-    shift = (widest >> torch.arange(31, 63, device=part.device)).ne(0).sum()
-    return _cast(part >> shift, torch.int32)
+    shift = (widest >> torch.arange(15, _KEY_BITS[part.dtype], device=part.device)).ne(0).sum()
+    return _cast(part >> shift, torch.int16)
 
 
 def _lookup_table(

@@ -333,27 +333,40 @@ def test_every_strategy_is_exact(case, invert, into_buffer):
 
 
 INT64 = torch.iinfo(torch.int64)
+INT32 = torch.iinfo(torch.int32)
+_KEY_VALUES = (
+    st.integers(INT64.min, INT64.max)
+    | st.integers(INT32.min, INT32.max)
+    | st.integers(-(2**15), 2**15 - 1)
+    | st.integers(-(2**17), 2**17)
+)
 
 
 @_examples(0.3)
 @given(
-    st.lists(st.integers(INT64.min, INT64.max) | st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=64),
-    st.lists(st.integers(INT64.min, INT64.max) | st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=64),
+    st.sampled_from([torch.int64, torch.int32]),
+    st.lists(_KEY_VALUES, min_size=1, max_size=64),
+    st.lists(_KEY_VALUES, min_size=1, max_size=64),
 )
-@example([INT64.min, INT64.max, -1, 0, 2**31, -(2**31) - 1], [INT64.max, -(2**31) - 1, 5])
-@example([-1, 2**31 - 1], [0])
-def test_sort_key_orders_int64_within_32_bits(values, tests):
-    """sort-both's key never reverses two int64 values, fits int32, and keeps int32 values exact."""
-    elements = torch.tensor(values, dtype=torch.int64)
+@example(torch.int64, [INT64.min, INT64.max, -1, 0, 2**31, -(2**31) - 1], [INT64.max, -(2**31) - 1, 5])
+@example(torch.int32, [INT32.min, INT32.max, -1, 0, 2**15, -(2**15) - 1], [INT32.max, -(2**15) - 1, 5])
+@example(torch.int64, [-1, 2**15 - 1], [0])
+@example(torch.int64, [-(2**15), 2**15 - 1, 2**15], [2**15])
+def test_sort_key_orders_within_16_bits(dtype, values, tests):
+    """sort-both's key never reverses two values, fits int16, and keeps int16 values exact."""
+    info = torch.iinfo(dtype)
+    values = [min(max(v, info.min), info.max) for v in values]
+    tests = [min(max(v, info.min), info.max) for v in tests]
+    elements = torch.tensor(values, dtype=dtype)
     key = ops._sort_key(elements)
-    assert key.dtype == torch.int32
+    assert key.dtype == torch.int16
     keys = ops._sort_key(elements.sort()[0]).tolist()
     assert keys == sorted(keys)
-    if all(-(2**31) <= v < 2**31 for v in values):
+    if all(-(2**15) <= v < 2**15 for v in values):
         assert key.tolist() == values
-    test, members = torch.tensor(tests, dtype=torch.int64), set(tests)
+    test, members = torch.tensor(tests, dtype=dtype), set(tests)
     for invert in (False, True):
-        got = ops._membership(elements, test, torch.int64, invert, None, strategy="sort-both")
+        got = ops._membership(elements, test, dtype, invert, None, strategy="sort-both")
         assert got.tolist() == [(v in members) != invert for v in values]
 
 
