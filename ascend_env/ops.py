@@ -19,9 +19,10 @@ Strategies (:data:`STRATEGIES`), picked by size as ``torch.isin`` does (:func:`c
   the caller of :func:`isin` gives ``value_bound``, over ``range(value_bound)``;
 * ``search``: sort the test elements once, then per chunk ``searchsorted`` (int32 positions),
   ``index_select`` and ``eq``: ``O((N + T) log T)``, no ``unique``;
-* ``sort-both``: each chunk of elements sorted too (by a 16-bit key: the value shifted right
-  just enough to fit), searched in that order, and the answers scattered back: ``searchsorted``
-  then stays in cache, which makes it faster for many integer elements in random order.
+* ``sort-both``: each chunk of elements sorted too (by a 16-bit key: the value shifted right and
+  offset so that the range of a trimmed sample fits), searched in that order, and the answers
+  scattered back: ``searchsorted`` then stays in cache, which makes it faster for many integer
+  elements in random order.
 
 Positions are int32 wherever the op allows (``searchsorted``, ``index_select``); only
 ``sort`` indices and ``scatter_`` indices are int64, as those ops require.
@@ -70,11 +71,9 @@ CHUNK_BYTES = 1 << 22
 NATIVE_OPS: FrozenSet[str] = frozenset(
     {
         "all.dim",
+        "__rshift__.Scalar",
         "__rshift__.Tensor",
-        "aminmax",
-        "bitwise_not",
         "arange.start",
-        "maximum",
         "logical_and_",
         "logical_or_",
         "where.self",
@@ -173,8 +172,11 @@ _BOUND_SLOTS_PER_VALUE = 64
 # sort-both's chunks hold this many times CHUNK_BYTES (sort keys, their order, the values in that
 # order, positions): each chunk searches the whole sorted test, so fewer chunks search less.
 _SORT_CHUNKS = 4
-# The integer dtypes that sort-both sorts by a 16-bit key (:func:`_sort_key`), with their bits.
+# The integer dtypes that sort-both sorts by a 16-bit key (:func:`_sort_key`), with their bits;
+# the key spans the range of a sample of _KEY_SAMPLE elements less _KEY_TRIM at each end.
 _KEY_BITS = {torch.int32: 31, torch.int64: 63}
+_KEY_SAMPLE = 1024
+_KEY_TRIM = 2
 
 
 def isin(
@@ -618,21 +620,30 @@ def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable, dst: Tens
 
 
 def _sort_key(part: Tensor) -> Tensor:
-    """A 16-bit key that sorts ``part`` (32 or 64-bit integers) in nearly ascending order: the
-    values shifted right just enough to fit in int16 (values that already fit keep their exact
-    order), others as they are.
+    """A 16-bit key that sorts ``part`` (32 or 64-bit integers) in nearly ascending order, others
+    as they are.
 
-    CPU ``sort`` of integers is a radix sort whose passes grow with the key's bytes, so the
-    narrowest key sorts fastest; the search only needs nearby values next to each other. The shift
-    is computed on the device, in integers: how many of ``2**15 .. 2**(bits - 1)`` are at most
-    ``max(max, ~min)`` (no float, no host read).
+    CPU ``sort`` of integers is a radix sort with a pass per key byte, so the narrowest key sorts
+    fastest, and the search only needs nearby values next to each other: the order never affects
+    the result. The key is ``(value >> shift) - base``, with ``shift`` and ``base`` such that the
+    range of a strided sample of :data:`_KEY_SAMPLE` elements, less its :data:`_KEY_TRIM`
+    smallest and largest, fits int16: within that range the key never reverses two values (and
+    keeps them apart when the range is narrower than ``2**14``), so a few outliers do not coarsen
+    it for the rest; values outside the range may land anywhere, which only slows their own
+    search. All of it is computed on the device (no host read).
     """
-    if part.dtype not in _KEY_BITS:
+    bits = _KEY_BITS.get(part.dtype)
+    if bits is None:
         return part
-    low, high = torch.aminmax(part)
-    widest = torch.maximum(high, low.bitwise_not())
-    shift = (widest >> torch.arange(15, _KEY_BITS[part.dtype], device=part.device)).ne(0).sum()
-    return _cast(part >> shift, torch.int16)
+    n = part.numel()
+    size = min(n, _KEY_SAMPLE)
+    trim = size * _KEY_TRIM // _KEY_SAMPLE
+    sample = torch.sort(part.as_strided((size,), (n // size,), part.storage_offset()))[0]
+    low, high = _part(sample, trim, 1), _part(sample, size - 1 - trim, 1)
+    half_width = (high >> 1).sub_(low >> 1)  # halves: no overflow
+    shift = (half_width >> torch.arange(14, bits, device=part.device)).ne(0).sum()
+    base = (low >> shift).add_(1 << 15)
+    return _cast((part >> shift).sub_(base), torch.int16)
 
 
 def _lookup_table(
