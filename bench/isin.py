@@ -78,6 +78,11 @@ def cases(quick: bool) -> List[Case]:
             found.append(("vocab", f"arange({v}) T={t}", torch.arange(v), ids(v, t), v))
     for t in (1, 24, 100, 10000, 100000):  # 24: where a pass per test id is closest to native
         found.append(("large", f"64x4096 T={t}", ids(32000, 64, 4096), ids(32000, t), 32000))
+    # Two far outliers among the ids: sort-both's key must not lose its order for the rest.
+    outliers = ids(152064, 64, 4096)
+    outliers[0, 0], outliers[-1, -1] = 2**40, -(2**40)
+    label = "64x4096 T=10000, ids < 152064, two at +-2**40"
+    found.append(("large", label, outliers, ids(152064, 10000), None))
     if not quick:
         found.append(("large", "1e7 x 1e5, ids < 2**31", ids(2**31, 10**7), ids(2**31, 10**5), None))
         found.append(("large", "1e7 x 1e5, ids < 1e6", ids(10**6, 10**7), ids(10**6, 10**5), 10**6))
