@@ -172,9 +172,9 @@ _BOUND_SLOTS_PER_VALUE = 64
 # sort-both's chunks hold this many times CHUNK_BYTES (sort keys, their order, the values in that
 # order, positions): each chunk searches the whole sorted test, so fewer chunks search less.
 _SORT_CHUNKS = 4
-# The integer dtypes that sort-both sorts by a 16-bit key (:func:`_sort_key`), with their bits;
-# the key spans the range of a sample of _KEY_SAMPLE elements less _KEY_TRIM at each end.
-_KEY_BITS = {torch.int32: 31, torch.int64: 63}
+# The integer dtypes that sort-both sorts by a 16-bit key (:func:`_sort_key`); the key spans the
+# range of a sample of _KEY_SAMPLE elements less _KEY_TRIM at each end.
+_KEY_DTYPES = frozenset({torch.int32, torch.int64})
 _KEY_SAMPLE = 1024
 _KEY_TRIM = 2
 
@@ -632,8 +632,7 @@ def _sort_key(part: Tensor) -> Tensor:
     it for the rest; values outside the range may land anywhere, which only slows their own
     search. All of it is computed on the device (no host read).
     """
-    bits = _KEY_BITS.get(part.dtype)
-    if bits is None:
+    if part.dtype not in _KEY_DTYPES:
         return part
     n = part.numel()
     size = min(n, _KEY_SAMPLE)
@@ -641,6 +640,7 @@ def _sort_key(part: Tensor) -> Tensor:
     sample = torch.sort(part.as_strided((size,), (n // size,), part.storage_offset()))[0]
     low, high = _part(sample, trim, 1), _part(sample, size - 1 - trim, 1)
     half_width = (high >> 1).sub_(low >> 1)  # halves: no overflow
+    bits = torch.iinfo(part.dtype).bits - 1  # value bits, less the sign
     shift = (half_width >> torch.arange(14, bits, device=part.device)).ne(0).sum()
     base = (low >> shift).add_(1 << 15)
     return _cast((part >> shift).sub_(base), torch.int16)

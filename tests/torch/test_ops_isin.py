@@ -356,8 +356,7 @@ def test_sort_key_orders_within_16_bits(dtype, values, tests):
     """sort-both's key fits int16, never reverses two values of a small part (whose sample is all
     of it), keeps values apart when they span less than 2**14, and never changes the answer."""
     info = torch.iinfo(dtype)
-    values = [min(max(v, info.min), info.max) for v in values]
-    tests = [min(max(v, info.min), info.max) for v in tests]
+    values, tests = ([min(max(v, info.min), info.max) for v in vs] for vs in (values, tests))
     elements = torch.tensor(values, dtype=dtype)
     key = ops._sort_key(elements)
     assert key.dtype == torch.int16 and key.shape == elements.shape
