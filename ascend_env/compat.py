@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -29,6 +28,8 @@ from packaging.version import InvalidVersion, Version
 
 from ascend_env.cann import CannVersion, parse_version
 from ascend_env.exceptions import EnvironmentProblem
+
+DATA_FILE = Path(__file__).resolve().parent / "data" / "compat.json"
 
 OK = "ok"
 UNKNOWN = "unknown"
@@ -117,7 +118,7 @@ def load(path: Optional[Path] = None) -> Table:
     """The table from ``path`` (default: the one shipped in the package)."""
     try:
         if path is None:
-            text = resources.files("ascend_env").joinpath("data").joinpath("compat.json").read_text("utf-8")
+            text = DATA_FILE.read_text(encoding="utf-8")
         else:
             text = Path(path).read_text(encoding="utf-8")
         data = json.loads(text)

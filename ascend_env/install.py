@@ -159,7 +159,7 @@ def _inside(site_packages: Path, relative: str) -> bool:
         return False
     path = site_packages / relative
     try:
-        return not path.is_symlink() and path.resolve().is_relative_to(site_packages.resolve())
+        return not path.is_symlink() and site_packages.resolve() in (path.resolve(), *path.resolve().parents)
     except OSError:
         return False
 

@@ -35,17 +35,27 @@ operands on that path). In these cases native ``torch.isin`` is wrong or fails, 
 is the mathematically correct one, membership after that promotion:
 
 * distinct elements that collide after a lossy promotion (``int32`` -> ``float32``): native's
-  sorting path marks all but the last of them found, e.g.
-  ``isin(tensor([2**24, 2**24 + 1], dtype=int32), arange(20.))`` gives ``[True, False]``;
-  here ``[False, False]``;
+  sorting path marks all but the last of them found (all but the first under torch 2.1), e.g.
+  ``isin(tensor([2**24, 2**24 + 1], dtype=int32), arange(20.))`` gives ``[True, False]``
+  (``[False, True]`` under torch 2.1); here ``[False, False]``;
 * ``assume_unique=True`` with duplicated elements (undefined natively, where the same false
   positives occur): ``assume_unique`` is accepted and ignored, since no strategy needs it;
 * a non-contiguous multi-dimensional ``test_elements`` that the brute-force path cannot ``view``
   (native raises);
 * ``uint16``/``uint32``/``uint64``, which native's brute-force path does not implement (native
-  raises): they are compared by broadcast ``eq`` at every size.
+  raises; on torch 2.3 its sorting path too, as ``unique`` has no loop for them): they are
+  compared by broadcast ``eq`` at every size;
+* ``float16`` on native's brute-force path up to torch 2.3, which has no CPU loop for it
+  (``"isin_default_cpu" not implemented for 'Half'``; torch_npu's CPU fallback fails the same way);
+* NaN elements on native's sorting path under torch 2.1, whose ``unique`` gives NaN the inverse
+  index of another value: ``isin(tensor([nan, 1.]), arange(30.))`` gives ``[True, True]``; here
+  ``[False, True]``.
 
-As natively, ``bool`` and complex inputs raise ``RuntimeError``.
+As natively, ``bool`` and complex inputs raise ``RuntimeError``, and so does ``bfloat16`` where
+the running torch refuses it (up to torch 2.3): the refused dtypes are asked of ``torch.isin``
+once, at import. Promotions that the running torch refuses (``uint16`` with a float, up to torch
+2.3) raise its own error, since the comparison dtype comes from ``torch.result_type`` and
+``torch.promote_types``.
 """
 
 from __future__ import annotations
@@ -115,13 +125,30 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
     }
 )
 
-_UNSUPPORTED = {
-    torch.bool: "Bool",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
+_REFUSED = "Unsupported input type encountered for isin(): "
+
+
+def _refused_dtypes() -> Dict[torch.dtype, str]:
+    """The dtypes that this torch's ``isin`` refuses by name, each with the name its message gives:
+    ``bool`` and complex ones always, ``bfloat16`` too up to torch 2.3. Asked of ``torch.isin``
+    itself, once, on one-element CPU tensors, so that the answer is the running torch's."""
+    refused = {}
+    for dtype in (torch.bool, torch.complex64, torch.complex128, torch.bfloat16, torch.float16):
+        try:
+            torch.isin(torch.zeros(1, dtype=dtype), torch.zeros(1, dtype=dtype))
+        except RuntimeError as exc:  # a missing CPU loop ("not implemented for") is no refusal
+            message = str(exc)
+            if message.startswith(_REFUSED):
+                refused[dtype] = message[len(_REFUSED):].split()[0]
+    return refused
+
+
+_UNSUPPORTED = _refused_dtypes()
 # Native's brute-force kernel has no loop for these; every other dtype goes through any strategy.
-_BRUTE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64})
+# torch < 2.3 has no such dtypes.
+_BRUTE_ONLY = frozenset(
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+)
 _PROMOTABLE = (
     torch.uint8,
     torch.int8,
@@ -145,7 +172,7 @@ _TABLES: Dict[torch.dtype, Tuple[int, int]] = {
 }
 # The fast path of isin_tensor_tensor: same dtype (so no promotion rule applies) and fewer than
 # _SMALL_T test elements (native's brute-force path for any number of elements).
-_SMALL_DTYPES = frozenset(_PROMOTABLE)
+_SMALL_DTYPES = frozenset(_PROMOTABLE).difference(_UNSUPPORTED)
 _SMALL_T = 10
 # Below this many elements plus test elements a 16-bit table costs more than sort and search.
 _TABLE16_MIN = 1 << 14
@@ -177,6 +204,11 @@ _SORT_CHUNKS = 4
 _KEY_DTYPES = frozenset({torch.int32, torch.int64})
 _KEY_SAMPLE = 1024
 _KEY_TRIM = 2
+# torch 2.1's CPU sort corrupts the heap on large int16 tensors whose largest value is near 2**15
+# (measured: 262,144 keys drawn from [0, 32700) abort with "free(): invalid size", from [0, 32512)
+# sort fine; torch 2.2 and later sort both). There the key is halved after the cast, to at most
+# 2**14 - 1, which costs it one bit of resolution.
+_KEY_HALVED = torch.__version__ < (2, 2)
 
 
 def isin(
@@ -630,7 +662,8 @@ def _sort_key(part: Tensor) -> Tensor:
     smallest and largest, fits int16: within that range the key never reverses two values (and
     keeps them apart when the range is narrower than ``2**14``), so a few outliers do not coarsen
     it for the rest; values outside the range may land anywhere, which only slows their own
-    search. All of it is computed on the device (no host read).
+    search. All of it is computed on the device (no host read). Under torch 2.1 the key is
+    halved (:data:`_KEY_HALVED`).
     """
     if part.dtype not in _KEY_DTYPES:
         return part
@@ -643,7 +676,8 @@ def _sort_key(part: Tensor) -> Tensor:
     bits = torch.iinfo(part.dtype).bits - 1  # value bits, less the sign
     shift = (half_width >> torch.arange(14, bits, device=part.device)).ne(0).sum()
     base = (low >> shift).add_(1 << 15)
-    return _cast((part >> shift).sub_(base), torch.int16)
+    key = _cast((part >> shift).sub_(base), torch.int16)
+    return key >> 1 if _KEY_HALVED else key
 
 
 def _lookup_table(

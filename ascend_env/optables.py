@@ -21,7 +21,7 @@ from ascend_env.exceptions import EnvironmentProblem, UsageError
 DATA_FILE = Path(__file__).resolve().parent / "data" / "optables" / "optables.json"
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
     """Version -> (release as written, ops, honours TORCH_NPU_FALLBACK_CPU_DISABLE)."""
     try:

@@ -16,6 +16,7 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import collections
+import inspect
 import sys
 from typing import Dict, FrozenSet, List, Optional
 
@@ -74,9 +75,7 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     if torch._C._get_privateuse1_backend_name() != DEVICE:
         torch.utils.rename_privateuse1_backend(DEVICE)
         torch._register_device_module(DEVICE, device)
-        torch.utils.generate_methods_for_privateuse1_backend(
-            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-        )
+        _generate_methods(torch)
     unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
 
@@ -109,6 +108,16 @@ def reset() -> None:
 def unknown_ops() -> List[str]:
     """Ops of the enabled table that this torch does not define (so nothing was registered)."""
     return list(_STATE.get("unknown", []))  # type: ignore[arg-type]
+
+
+def _generate_methods(torch) -> None:  # noqa: ANN001
+    """``Tensor.npu()``, ``Module.npu()``, ``is_npu`` and the rest, as torch_npu defines them;
+    ``PackedSequence`` ones where this torch can generate them (from torch 2.4 on)."""
+    generate = torch.utils.generate_methods_for_privateuse1_backend
+    options = {"for_tensor": True, "for_module": True, "for_storage": True}
+    if "for_packed_sequence" in inspect.signature(generate).parameters:
+        options["for_packed_sequence"] = True
+    generate(**options)
 
 
 def _import_torch():  # noqa: ANN202 - the torch module

@@ -62,15 +62,17 @@ def compiler() -> str:
 def compile_command(output: Path) -> List[str]:
     """The compiler command that builds the library into ``output``."""
     import torch
-    from torch.utils import cpp_extension
 
+    # The directories torch.utils.cpp_extension.include_paths() and library_paths() name, without
+    # importing it: on CUDA builds of torch (PyPI's x86_64 wheels before 2.4 are all CUDA builds)
+    # its import prints "No CUDA runtime is found" where no GPU is.
+    root = Path(torch.__file__).resolve().parent
     command = [*shlex.split(compiler()), "-shared", "-fPIC", "-O1", "-std=c++17", "-w",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    for include in cpp_extension.include_paths():
-        command += ["-isystem", include]
-    command += [str(SOURCE), "-o", str(output)]
-    for libdir in cpp_extension.library_paths():
-        command += [f"-L{libdir}", f"-Wl,-rpath,{libdir}"]
+    for include in (root / "include", root / "include" / "torch" / "csrc" / "api" / "include"):
+        command += ["-isystem", str(include)]
+    libdir = root / "lib"
+    command += [str(SOURCE), "-o", str(output), f"-L{libdir}", f"-Wl,-rpath,{libdir}"]
     return [*command, "-lc10", "-ltorch_cpu", "-ltorch"]
 
 

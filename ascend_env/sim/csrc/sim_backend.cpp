@@ -13,6 +13,12 @@
 // Process-wide state (the dispatcher registrations, the fallback counts, the set of warned ops) lives
 // in the `state()` singleton at the end of the anonymous namespace; Python reaches it through the
 // `ascend_sim::*` operators defined at the bottom of this file.
+//
+// One source for torch 2.1 to the newest: `c10::optional` (its own class before torch 2.4, an alias
+// of std::optional since); and the members that only some torch versions declare virtual
+// (Allocator::copy_data from 2.3, DeviceGuardImplInterface::getNewStream and synchronizeDevice,
+// most PrivateUse1 hooks) carry no `override`: they override where the base class declares them
+// and are unused extras where it does not.
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -51,18 +57,22 @@ const c10::Device kNpuDevice(kNpu, 0);
 // ---------------------------------------------------------------- memory
 
 struct SimAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
+  // `allocate` is const up to torch 2.2 and not const from 2.3: define both, one overrides.
+  c10::DataPtr allocate(size_t nbytes) const {
     void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
     return {data, data, &release, kNpuDevice};
   }
+  c10::DataPtr allocate(size_t nbytes) { return static_cast<const SimAllocator*>(this)->allocate(nbytes); }
   static void release(void* ptr) {
     if (ptr) {
       c10::free_cpu(ptr);
     }
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count) {
+      std::memcpy(dest, src, count);
+    }
   }
 };
 
@@ -101,15 +111,15 @@ c10::Storage npu_storage_copy(const c10::Storage& cpu) {
 
 // ---------------------------------------------------------------- infrastructure kernels
 
-at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
-                               std::optional<at::Layout>, std::optional<at::Device>,
-                               std::optional<bool>, std::optional<at::MemoryFormat> memory_format) {
+at::Tensor empty_memory_format(c10::IntArrayRef size, c10::optional<at::ScalarType> dtype,
+                               c10::optional<at::Layout>, c10::optional<at::Device>,
+                               c10::optional<bool>, c10::optional<at::MemoryFormat> memory_format) {
   return at::detail::empty_generic(size, &sim_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
 }
 
-at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
-                         std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) {
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, c10::optional<at::ScalarType> dtype,
+                         c10::optional<at::Layout>, c10::optional<at::Device>, c10::optional<bool>) {
   return at::detail::empty_strided_generic(size, stride, &sim_allocator,
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
@@ -125,7 +135,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
-                          std::optional<at::MemoryFormat> memory_format) {
+                          c10::optional<at::MemoryFormat> memory_format) {
   at::TensorImpl* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   const auto nbytes = at::detail::computeStorageNbytesContiguous(size, impl->dtype().itemsize(),
@@ -140,7 +150,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.sizes() != self.sizes()) {
-    resize_(dst, self.sizes(), std::nullopt);
+    resize_(dst, self.sizes(), c10::nullopt);
   }
   return copy_from(self, dst, false);
 }
@@ -150,7 +160,7 @@ at::Tensor& set_source_storage_offset(at::Tensor& result, c10::Storage storage, 
   result.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(storage));
   result.unsafeGetTensorImpl()->set_storage_offset(offset);
   at::OptionalIntArrayRef stride_opt =
-      stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
+      stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : c10::nullopt;
   at::native::resize_impl_cpu_(result.unsafeGetTensorImpl(), size, stride_opt, /*resize_storage=*/true);
   return result;
 }
@@ -193,7 +203,7 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device) const noexcept override {
     return c10::Stream(c10::Stream::DEFAULT, kNpuDevice);
   }
-  c10::Stream getNewStream(c10::Device, int = 0) const override {
+  c10::Stream getNewStream(c10::Device, int = 0) const {
     return c10::Stream(c10::Stream::DEFAULT, kNpuDevice);
   }
   c10::Stream exchangeStream(c10::Stream) const noexcept override {
@@ -206,21 +216,21 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const {}
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
 
 struct SimHooks final : at::PrivateUse1HooksInterface {
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return true; }
-  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  c10::DeviceIndex deviceCount() const override { return 1; }
-  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  bool isBuilt() const { return true; }
+  bool isAvailable() const { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const { return true; }
+  c10::DeviceIndex deviceCount() const { return 1; }
+  c10::DeviceIndex getCurrentDevice() const { return 0; }
   at::Device getDeviceFromPtr(void*) const override { return kNpuDevice; }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
-  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+  bool isPinnedPtr(const void*) const { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
   }
 };
@@ -231,15 +241,32 @@ struct State {
   std::mutex mutex;
   std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
+  std::unique_ptr<torch::Library> autograd;  // AutogradPrivateUse1's fallthrough, where torch has none
   bool fallback_disable_supported = false;   // whether the table honours TORCH_NPU_FALLBACK_CPU_DISABLE
   std::map<std::string, int64_t> counts;     // fallbacks since the last reset
   std::set<std::string> warned;              // ops whose warning line was written
 };
 
+// torch before 2.4 registers no autograd fallback for AutogradPrivateUse1 (it leaves that to the
+// extension), so an op with a PrivateUse1 kernel and no autograd kernel of its own (to.dtype_layout,
+// say) cannot run. torch_npu registers a fallthrough for it, as does this (Ascend/pytorch
+// torch_npu/csrc/aten/VariableFallbackKernel.cpp, commit 5af0eb0a1728438c6094508c634e9cb1018ad6ca).
+std::unique_ptr<torch::Library> autograd_fallthrough() {
+  if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(c10::DispatchKey::AutogradPrivateUse1)) {
+    return nullptr;
+  }
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::AutogradPrivateUse1,
+                                                   __FILE__, __LINE__);
+  library->fallback(torch::CppFunction::makeFallthrough());
+  return library;
+}
+
 State& state() {
   static State* s = [] {
     at::RegisterPrivateUse1HooksInterface(new SimHooks());
-    return new State();
+    auto* created = new State();
+    created->autograd = autograd_fallthrough();
+    return created;
   }();
   return *s;
 }
@@ -348,7 +375,7 @@ void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else if (value.isOptionalTensorList()) {
       auto list = value.toOptionalTensorList();
       for (size_t j = 0; j < list.size(); ++j) {
-        std::optional<at::Tensor> item = list.get(j);
+        c10::optional<at::Tensor> item = list.get(j);
         if (item.has_value()) {
           list.set(j, to_cpu_arg(*item, conv, written));
         }
