@@ -56,12 +56,14 @@ def is_current(site_packages: Path) -> bool:
 
 # Run in a fresh interpreter by :func:`probe`: did the hook start, and what did it register once
 # torch_npu (when installed) was imported?
+# torch_npu is looked for with PathFinder alone: importlib.util.find_spec would ask the hook's
+# finder, which steps aside once asked, and the import after it would then go unseen.
 _PROBE = """
-import importlib.util, json, sys
+import importlib.machinery, json, sys
 boot = sys.modules.get("ascend_env_hook")
 report = {"ran": bool(boot and boot.STATE.started), "disabled": bool(boot and boot.STATE.disabled)}
 if report["ran"] and not report["disabled"]:
-    if importlib.util.find_spec("torch_npu") is None:
+    if importlib.machinery.PathFinder.find_spec("torch_npu") is None:
         report["backend"] = None
     else:
         report["backend"] = "torch_npu"

@@ -65,6 +65,32 @@ def is_bf16_supported() -> bool:
     return True
 
 
+# torch 2.1 to 2.3 ask the device module about autocast (torch.autocast(device_type="npu")); the
+# state is PyTorch's own, for the PrivateUse1 dispatch key, kept by the simulator's C++ backend.
+def is_autocast_enabled() -> bool:
+    import torch
+
+    return bool(torch.ops.ascend_sim.autocast_enabled())
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    import torch
+
+    torch.ops.ascend_sim.set_autocast_enabled(bool(enabled))
+
+
+def get_autocast_dtype() -> Any:
+    import torch
+
+    return torch.ops.ascend_sim.autocast_dtype().dtype
+
+
+def set_autocast_dtype(dtype: Any) -> None:
+    import torch
+
+    torch.ops.ascend_sim.set_autocast_dtype(dtype)
+
+
 def manual_seed(seed: int) -> None:
     """Random kernels use the CPU generator, which ``torch.manual_seed`` seeds."""
 

@@ -135,6 +135,17 @@ def test_waits_for_the_torch_npu_import(hooked_env, fake_torch_npu):
     assert CAUTION not in stderr
 
 
+def test_a_hook_that_cannot_register_says_why(hooked_env):
+    """The kernels cannot load (their module fails to import, as it did under torch 2.2 before
+    ascend-env ran there): isin falls back as without the hook, and the record says why."""
+    breaker = "import sys; sys.modules['ascend_env.ops'] = None\n"
+    report, stderr = smoke(hooked_env, breaker + ENABLE_SIM.format(table="2.1.0.post6"))
+    assert report["equal"] == [True] * 5
+    assert "aten::isin.Tensor_Tensor_out" in report["fallbacks"] and CAUTION in stderr
+    assert report["status"]["registered"] == [] and report["status"]["events"] == ["ascend_env.sim"]
+    assert any("ascend_env.ops" in error for error in report["status"]["errors"]), report["status"]
+
+
 def test_registering_twice_is_harmless(hooked_env):
     code = (
         ENABLE_SIM.format(table="2.1.0.post6")

@@ -15,8 +15,9 @@ from typing import Callable, Dict, List
 import pytest
 import torch
 import transformers
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ascend_env import sim
@@ -29,6 +30,7 @@ MODULE_PATCHES = sorted(
     p for p in (PATCHES / "transformers").glob("*.patch") if not p.name.startswith("pytorch-utils-")
 )
 CHUNK = 1 << 22  # booleans per comparison, as the patches promise
+TORCH = Version(torch.__version__).release[:2]
 
 DTYPES = [
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -111,10 +113,22 @@ def check(isin: Callable, elements: torch.Tensor, test_elements) -> None:
     assert torch.equal(got.cpu(), expected), (elements, test_elements)
 
 
+def native_answers(elements: torch.Tensor, test_elements: torch.Tensor) -> bool:
+    """Whether the running torch's own isin gives an answer to compare with: torch <= 2.3 refuses
+    bfloat16 and has no brute-force loop for float16, and torch 2.1 can find NaN elements (see
+    ascend_env.ops); the patches answer those cases as membership after promotion."""
+    try:
+        torch.isin(elements, test_elements)
+    except RuntimeError:
+        return False
+    return TORCH >= (2, 2) or not bool(torch.isnan(elements).any())
+
+
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_every_patch_matches_torch_isin_on_the_npu(implementations, case):
     elements, test_elements = case
+    assume(native_answers(elements, test_elements))
     for isin in implementations.values():
         check(isin, elements, test_elements)
 

@@ -161,6 +161,22 @@ def test_status_says_when_the_kill_switch_is_set(tmp_path: Path, patches):
     assert "turned off by ASCEND_ENV_DISABLE" in text
 
 
+def test_status_fails_when_the_hook_cannot_register(tmp_path: Path, patches):
+    """torch_npu comes up but the hook's kernels cannot load (here the kernel module cannot be
+    imported at all): status reports the hook's error and fails, instead of a silent fallback."""
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "torch_npu").mkdir()
+    (site / "torch_npu" / "__init__.py").write_text("__version__ = '2.1.0.post6'\n")
+    (site / "_break_kernels.pth").write_text("import sys; sys.modules['ascend_env.ops'] = None\n")
+    result = status_in(python, "--json", "--patches-dir", str(patches))
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["ok"] is False
+    assert report["hook"]["probe"]["backend"] == "torch_npu" and report["hook"]["probe"]["errors"]
+    text = status_in(python, "--patches-dir", str(patches)).stdout
+    assert "startup hook error: " in text
+
+
 def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))

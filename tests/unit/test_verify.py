@@ -244,6 +244,15 @@ def test_a_hook_that_registered_too_little_fails():
     assert "isin.Tensor_Tensor_out" in failed(judged(report))["hook"]
 
 
+def test_a_hook_that_could_not_register_fails():
+    """A hook whose kernels did not register (its kernel module failed to import under this torch,
+    say) fails verify, with its reason, even where every isin overload looked covered."""
+    report = good_report()
+    report["hook"]["errors"] = ["ImportError: import of ascend_env.ops halted; None in sys.modules"]
+    reason = failed(judged(report))["hook"]
+    assert reason.startswith("the startup hook failed: ") and "ascend_env.ops" in reason
+
+
 def test_broken_torch_and_missing_report_fail():
     broken = judged({"silencers": {}, "installation": good_report()["installation"], "steps": {},
                      "torch_error": "ImportError: no torch", "warnings": []})

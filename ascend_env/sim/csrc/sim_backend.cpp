@@ -22,6 +22,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
@@ -241,31 +242,35 @@ struct State {
   std::mutex mutex;
   std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
-  std::unique_ptr<torch::Library> autograd;  // AutogradPrivateUse1's fallthrough, where torch has none
+  std::vector<std::unique_ptr<torch::Library>> fallthroughs;  // autograd and autocast, where torch has none
   bool fallback_disable_supported = false;   // whether the table honours TORCH_NPU_FALLBACK_CPU_DISABLE
   std::map<std::string, int64_t> counts;     // fallbacks since the last reset
   std::set<std::string> warned;              // ops whose warning line was written
 };
 
-// torch before 2.4 registers no autograd fallback for AutogradPrivateUse1 (it leaves that to the
-// extension), so an op with a PrivateUse1 kernel and no autograd kernel of its own (to.dtype_layout,
-// say) cannot run. torch_npu registers a fallthrough for it, as does this (Ascend/pytorch
-// torch_npu/csrc/aten/VariableFallbackKernel.cpp, commit 5af0eb0a1728438c6094508c634e9cb1018ad6ca).
-std::unique_ptr<torch::Library> autograd_fallthrough() {
-  if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(c10::DispatchKey::AutogradPrivateUse1)) {
-    return nullptr;
+// torch 2.1 to 2.3 register no autograd fallback for AutogradPrivateUse1 (they leave it to the
+// extension; 2.13 has one), so an op with a PrivateUse1 kernel and no autograd kernel of its own (to.dtype_layout,
+// say) cannot run; and no AutocastPrivateUse1 fallback in any version, so no op runs inside
+// `torch.autocast("npu")`. torch_npu registers fallthroughs for both (Ascend/pytorch
+// torch_npu/csrc/aten/VariableFallbackKernel.cpp, commit 5af0eb0a1728438c6094508c634e9cb1018ad6ca;
+// its autocast kernels, which cast to float16 per op, are not simulated: ops keep their dtypes).
+std::vector<std::unique_ptr<torch::Library>> missing_fallthroughs() {
+  std::vector<std::unique_ptr<torch::Library>> libraries;
+  for (auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::AutocastPrivateUse1}) {
+    if (!c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(key)) {
+      auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", key, __FILE__, __LINE__);
+      library->fallback(torch::CppFunction::makeFallthrough());
+      libraries.push_back(std::move(library));
+    }
   }
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::AutogradPrivateUse1,
-                                                   __FILE__, __LINE__);
-  library->fallback(torch::CppFunction::makeFallthrough());
-  return library;
+  return libraries;
 }
 
 State& state() {
   static State* s = [] {
     at::RegisterPrivateUse1HooksInterface(new SimHooks());
     auto* created = new State();
-    created->autograd = autograd_fallthrough();
+    created->fallthroughs = missing_fallthroughs();
     return created;
   }();
   return *s;
@@ -520,6 +525,23 @@ void reset_counts() {
 
 void init() { state(); }
 
+// Autocast on the npu device, which torch 2.1 to 2.3 ask of the device module (torch.npu) and
+// torch_npu answers from its own C++: the PrivateUse1 autocast state. Newer torch keeps it per
+// device type (and declares the per-backend functions deprecated, with a warning on every call).
+#ifdef AT_FORALL_DEPRECATED_AUTOCAST_BACKENDS
+bool autocast_enabled() { return at::autocast::is_autocast_enabled(kNpu); }
+void set_autocast_enabled(bool enabled) { at::autocast::set_autocast_enabled(kNpu, enabled); }
+at::ScalarType autocast_scalar_type() { return at::autocast::get_autocast_dtype(kNpu); }
+void set_autocast_dtype(at::ScalarType dtype) { at::autocast::set_autocast_dtype(kNpu, dtype); }
+#else
+bool autocast_enabled() { return at::autocast::is_privateuseone_enabled(); }
+void set_autocast_enabled(bool enabled) { at::autocast::set_privateuseone_enabled(enabled); }
+at::ScalarType autocast_scalar_type() { return at::autocast::get_autocast_privateuseone_dtype(); }
+void set_autocast_dtype(at::ScalarType dtype) { at::autocast::set_autocast_privateuseone_dtype(dtype); }
+#endif
+// An empty CPU tensor of that dtype: an operator returns a ScalarType to Python as a bare int.
+at::Tensor autocast_dtype() { return at::empty({0}, at::TensorOptions().dtype(autocast_scalar_type())); }
+
 }  // namespace
 
 TORCH_LIBRARY(ascend_sim, m) {
@@ -527,4 +549,8 @@ TORCH_LIBRARY(ascend_sim, m) {
   m.def("enable_table(str[] ops, bool fallback_disable) -> str[]", &enable_table);
   m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
   m.def("reset_counts() -> ()", &reset_counts);
+  m.def("autocast_enabled() -> bool", &autocast_enabled);
+  m.def("set_autocast_enabled(bool enabled) -> ()", &set_autocast_enabled);
+  m.def("autocast_dtype() -> Tensor", &autocast_dtype);
+  m.def("set_autocast_dtype(ScalarType dtype) -> ()", &set_autocast_dtype);
 }
