@@ -112,7 +112,7 @@ def unknown_ops() -> List[str]:
 
 def _generate_methods(torch) -> None:  # noqa: ANN001
     """``Tensor.npu()``, ``Module.npu()``, ``is_npu`` and the rest, as torch_npu defines them;
-    ``PackedSequence`` ones where this torch can generate them (from torch 2.4 on)."""
+    ``PackedSequence`` ones where this torch can generate them (not torch 2.1 to 2.3)."""
     generate = torch.utils.generate_methods_for_privateuse1_backend
     options = {"for_tensor": True, "for_module": True, "for_storage": True}
     if "for_packed_sequence" in inspect.signature(generate).parameters:

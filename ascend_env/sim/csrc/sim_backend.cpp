@@ -14,7 +14,7 @@
 // in the `state()` singleton at the end of the anonymous namespace; Python reaches it through the
 // `ascend_sim::*` operators defined at the bottom of this file.
 //
-// One source for torch 2.1 to the newest: `c10::optional` (its own class before torch 2.4, an alias
+// One source for torch 2.1 to the newest: `c10::optional` (its own class in torch 2.1 and 2.2, an alias
 // of std::optional since); and the members that only some torch versions declare virtual
 // (Allocator::copy_data from 2.3, DeviceGuardImplInterface::getNewStream and synchronizeDevice,
 // most PrivateUse1 hooks) carry no `override`: they override where the base class declares them
