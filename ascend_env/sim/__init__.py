@@ -69,8 +69,7 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     _claim_privateuse1(torch)
     from ascend_env.sim import build, device
 
-    library = build.ensure_built()
-    torch.ops.load_library(str(library))
+    build.load(torch)
     torch.ops.ascend_sim.init()
     if torch._C._get_privateuse1_backend_name() != DEVICE:
         torch.utils.rename_privateuse1_backend(DEVICE)

@@ -5,20 +5,25 @@ no Python headers: it talks to Python through ``torch.ops.ascend_sim``) into
 ``<cache>/sim-<torch version>-<source hash>/``. ``<cache>`` is ``$ASCEND_ENV_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/ascend-env``, else ``~/.cache/ascend-env``. A lock file serialises concurrent
 builders; the library is written under a temporary name and renamed into place, so a reader never
-sees a partial file and a crashed build leaves nothing behind that looks finished.
+sees a partial file and a crashed build leaves nothing behind that looks finished. Nothing in the
+cache is used unless it is the user's own and writable by no one else; a cached library that does
+not load is built again.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List
+from typing import Any, Iterator, List
 
 from ascend_env.exceptions import EnvironmentProblem
 
@@ -77,21 +82,28 @@ def compile_command(output: Path) -> List[str]:
 
 
 def ensure_built() -> Path:
-    """The path of the built library, building it first if no finished build is cached."""
+    """The path of the built library, building it first if no finished build is cached.
+
+    The cache directories and the library must be this user's own, no symbolic link, and writable
+    by no one else (a library planted there would run as this user): else
+    :class:`EnvironmentProblem`. The lock file is opened without following a symbolic link.
+    """
     target_dir = build_dir()
     library = target_dir / LIBRARY_NAME
     if library.exists():
+        _check_private(cache_root(), target_dir, library)
         return library
     try:
-        target_dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(target_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise EnvironmentProblem(
             f"cannot create the build cache {target_dir}: {exc.strerror}.",
             "set ASCEND_ENV_CACHE_DIR to a writable directory",
         ) from None
-    with open(target_dir / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    _check_private(cache_root(), target_dir)
+    with _locked(target_dir / "build.lock"):
         if library.exists():  # another process finished it while we waited
+            _check_private(library)
             return library
         partial = target_dir / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
         command = compile_command(partial)
@@ -105,5 +117,64 @@ def ensure_built() -> Path:
                 f"building the simulated NPU backend failed (full log: {log}):\n{tail}",
                 "check that the C++ compiler supports C++17 and matches the one torch was built for",
             )
+        os.chmod(partial, 0o755)
         os.replace(partial, library)
     return library
+
+
+def load(torch: Any) -> Path:
+    """Build (if need be) and load the library into ``torch``; a cached library that does not load
+    (damaged on disk) is removed and built again, once."""
+    library = ensure_built()
+    try:
+        torch.ops.load_library(str(library))
+    except OSError as first:
+        library.unlink(missing_ok=True)
+        library = ensure_built()
+        try:
+            torch.ops.load_library(str(library))
+        except OSError as again:
+            raise EnvironmentProblem(
+                f"the simulated NPU backend {library} does not load, even rebuilt: {again} "
+                f"(the cached one before it: {first}).",
+                "check that the C++ compiler matches the one torch was built for",
+            ) from None
+    return library
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        reason = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened: {exc.strerror}"
+        raise EnvironmentProblem(
+            f"the simulated NPU's build lock {path} {reason}.",
+            f"remove it (rm {shlex.quote(str(path))}), or set ASCEND_ENV_CACHE_DIR to a directory "
+            "of your own",
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _check_private(*paths: Path) -> None:
+    """Refuse a cache path that is a symbolic link, another user's, or writable by others."""
+    for path in paths:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            problem = "is a symbolic link"
+        elif info.st_uid != os.geteuid():
+            problem = f"belongs to another user (uid {info.st_uid})"
+        elif info.st_mode & 0o022:
+            problem = "is writable by other users"
+        else:
+            continue
+        raise EnvironmentProblem(
+            f"the simulated NPU's build cache {path} {problem}: a library planted there would run "
+            "as you, so it is not used.",
+            "set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write "
+            "(mkdir -m 700 DIR)",
+        )

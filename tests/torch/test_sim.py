@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -309,6 +310,86 @@ def test_failed_build_leaves_nothing_that_looks_finished(tmp_path, monkeypatch):
         build.ensure_built()
     assert not (build.build_dir() / build.LIBRARY_NAME).exists()
     assert (build.build_dir() / "build.log").exists()
+
+
+def _planted(tmp_path, monkeypatch):
+    """The build cache in ``tmp_path`` with a finished-looking library in it, and a fake compiler
+    that records its calls."""
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path / "cache"))
+    compiles = []
+    monkeypatch.setattr(build, "compile_command",
+                        lambda output: compiles.append(output) or ["sh", "-c", f"printf ours > '{output}'"])
+    library = build.build_dir() / build.LIBRARY_NAME
+    library.parent.mkdir(parents=True)
+    library.write_text("planted")
+    return build, library, compiles
+
+
+@pytest.mark.parametrize("where", ["cache", "build dir", "library"])
+def test_a_cache_others_can_write_is_refused(tmp_path, monkeypatch, where):
+    """A library planted in a shared cache would run as the user who loads it: the cache, the
+    build directory and the library must be writable by their owner alone."""
+    from ascend_env.exceptions import EnvironmentProblem
+
+    build, library, compiles = _planted(tmp_path, monkeypatch)
+    loose = {"cache": build.cache_root(), "build dir": library.parent, "library": library}[where]
+    loose.chmod(loose.stat().st_mode | 0o022)
+    with pytest.raises(EnvironmentProblem, match="writable by other users") as info:
+        build.ensure_built()
+    assert str(loose) in str(info.value) and "ASCEND_ENV_CACHE_DIR" in info.value.fix
+    assert compiles == [] and library.read_text() == "planted"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_another_users_library_is_refused(tmp_path, monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+
+    build, library, _ = _planted(tmp_path, monkeypatch)
+    os.chown(library, 65534, 65534)
+    with pytest.raises(EnvironmentProblem, match="belongs to another user"):
+        build.ensure_built()
+
+
+def test_a_symlinked_library_or_lock_is_refused_and_its_target_untouched(tmp_path, monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+
+    build, library, compiles = _planted(tmp_path, monkeypatch)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    library.unlink()
+    library.symlink_to(victim)
+    with pytest.raises(EnvironmentProblem, match="is a symbolic link"):
+        build.ensure_built()
+    library.unlink()
+    (library.parent / "build.lock").symlink_to(victim)  # root would truncate it through the link
+    with pytest.raises(EnvironmentProblem, match="build lock .* is a symbolic link") as info:
+        build.ensure_built()
+    assert "rm " in info.value.fix
+    assert victim.read_text() == "precious" and compiles == []
+
+
+def test_a_damaged_cached_library_is_built_again(npu, tmp_path):
+    """A library that does not load (truncated on disk, say) is removed and built once more."""
+    from ascend_env.sim import build
+
+    real = build.ensure_built()  # the in-process simulator's: copied in as the "build"
+    cache = tmp_path / "cache"
+    code = (
+        "import shutil, torch\n"
+        "from ascend_env import sim\nfrom ascend_env.sim import build\n"
+        "damaged = build.build_dir() / build.LIBRARY_NAME\n"
+        "damaged.parent.mkdir(parents=True)\ndamaged.write_bytes(b'\\x7fELF truncated')\n"
+        "calls = []\n"
+        f"build.compile_command = lambda out: calls.append(out) or ['cp', {str(real)!r}, str(out)]\n"
+        "sim.enable('2.1.0.post6')\n"
+        "x = torch.tensor([1, 2, 3], device='npu')\n"
+        "print(len(calls), torch.isin(x, x[1:]).cpu().tolist())\n"
+    )
+    result = run_python(code, {"ASCEND_ENV_CACHE_DIR": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "1 [False, True, True]"
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch):
