@@ -20,11 +20,21 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
+from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.records import sha256_hex
-from ascend_env.state import JOURNAL_FILE, ORIGINALS, STATE_FILE, TMP, State, file_sha256, state_dir
+from ascend_env.state import (
+    JOURNAL_FILE,
+    ORIGINALS,
+    STATE_FILE,
+    TMP,
+    State,
+    file_sha256,
+    read_state,
+    state_dir,
+)
 
 __all__ = ["CRASH_ENV", "CRASH_POINTS", "Change", "Journal", "commit", "crash_point", "recover"]
 
@@ -301,7 +311,7 @@ def read_journal(site_packages: Path) -> Optional[Journal]:
     """The journal of an interrupted run, or None."""
     path = state_dir(site_packages) / JOURNAL_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsontext.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -322,11 +332,8 @@ def recover(site_packages: Path) -> Optional[str]:
     directory = state_dir(site_packages)
     if journal is None:
         if directory.is_dir():
-            state_path = directory / STATE_FILE
-            keep: List[str] = []
-            if state_path.is_file():
-                state = State.from_json(json.loads(state_path.read_text(encoding="utf-8")), str(state_path))
-                keep = [entry.before for entry in state.entries if entry.before]
+            state = read_state(site_packages)
+            keep = [entry.before for entry in state.entries if entry.before] if state else []
             _clean(directory, keep)
         return None
     try:
@@ -344,10 +351,11 @@ def needs_recovery(site_packages: Path) -> bool:
     originals = directory / ORIGINALS
     if not originals.is_dir():
         return False
-    state_path = directory / STATE_FILE
     try:
-        state = State.from_json(json.loads(state_path.read_text(encoding="utf-8")), str(state_path))
-    except (OSError, ValueError, EnvironmentProblem):
+        state = read_state(site_packages)
+    except EnvironmentProblem:
+        return True
+    if state is None:
         return True
     keep = {entry.before for entry in state.entries if entry.before}
     try:

@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
 
+from ascend_env import jsontext
 from ascend_env.diffs import safe_relative_path
 from ascend_env.exceptions import EnvironmentProblem
 
@@ -210,7 +211,7 @@ def load_manifest(directory: Optional[Path] = None) -> Manifest:
     except (OSError, UnicodeDecodeError) as exc:
         raise _fail(str(path), f"cannot be read ({exc})") from None
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise _fail(str(path), f"is not JSON ({exc.msg} at line {exc.lineno})") from None
     return parse_manifest(data, str(path))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
 
 __all__ = ["Entry", "State", "drift", "file_sha256", "read_state", "state_dir"]
@@ -131,7 +132,7 @@ def read_state(site_packages: Path) -> Optional[State]:
             f"cannot read {path} ({exc}).", "check the directory's permissions."
         ) from None
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
         raise EnvironmentProblem(
             f"{path} is not JSON ({exc.msg}).",

@@ -320,6 +320,8 @@ STATES = {
          "entries": [{"path": "../../etc/passwd", "kind": "extra", "before": None, "after": "0" * 64}]}
     ).encode(),
     "a list": b"[1, 2, 3]",
+    # Deeper than the parser's recursion limit: a RecursionError traceback before jsontext.
+    "nested too deeply": b"[" * 100_000 + b"]" * 100_000,
 }
 
 
@@ -336,10 +338,32 @@ def test_corrupt_or_newer_state_file(capsys, counts, site, patches, kind, comman
     refused(capsys, counts, site, argv, "state.json")
 
 
-def test_corrupt_journal(capsys, counts, site, patches):
+JOURNALS = {
+    "cut": b"{\"changes\": [{\"path\": \"/etc/passwd\"",
+    "nested too deeply": b"{\"changes\": " + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JOURNALS))
+@pytest.mark.parametrize("command", ["install", "restore", "status"])
+def test_corrupt_journal(capsys, counts, site, patches, kind, command):
     state_dir(site).mkdir()
-    (state_dir(site) / "journal.json").write_bytes(b"{\"changes\": [{\"path\": \"/etc/passwd\"")
-    refused(capsys, counts, site, install_args(site, patches), "journal")
+    (state_dir(site) / "journal.json").write_bytes(JOURNALS[kind])
+    argv = {
+        "install": install_args(site, patches),
+        "restore": ["restore", "--target", str(site)],
+        "status": ["status", "--target", str(site), "--patches-dir", str(patches)],
+    }[command]
+    refused(capsys, counts, site, argv, "journal")
+
+
+@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"{\"patches\": " + b"[" * 50_000])
+@pytest.mark.parametrize("command", ["install", "status"])
+def test_manifest_nested_too_deeply(capsys, counts, site, patches, data, command):
+    (patches / "manifest.json").write_bytes(data)
+    argv = install_args(site, patches) if command == "install" else [
+        "status", "--target", str(site), "--patches-dir", str(patches)]
+    refused(capsys, counts, site, argv, "manifest.json")
 
 
 # -- CANN and driver files ----------------------------------------------------------------------
