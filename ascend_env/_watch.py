@@ -39,7 +39,11 @@ def find_and_wrap(
                 break
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = NotifyingLoader(spec.loader, lambda: notify(state, fullname))
+        done = lambda: notify(state, fullname)  # noqa: E731
+        # A loader with only the legacy load_module() (some packagers' finders): the import system
+        # calls load_module where a loader has no exec_module, so its wrapper must have none either.
+        legacy = getattr(spec.loader, "exec_module", None) is None
+        spec.loader = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
         if state.finder in sys.meta_path:
             sys.meta_path.remove(state.finder)
         return spec
@@ -65,6 +69,26 @@ class NotifyingLoader:
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         self._done()
+
+
+class LegacyNotifyingLoader:
+    """A ``load_module()``-only ``loader``, calling ``done()`` once it has loaded the module. It
+    has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
+    anything else it is asked, the wrapped loader answers."""
+
+    def __init__(self, loader: Any, done: Callable[[], None]) -> None:
+        self._loader = loader
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("exec_module", "create_module"):
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def load_module(self, fullname: str) -> ModuleType:
+        module: ModuleType = self._loader.load_module(fullname)
+        self._done()
+        return module
 
 
 def notify(state: SimpleNamespace, source: str) -> None:

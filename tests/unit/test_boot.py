@@ -106,6 +106,35 @@ def test_waits_for_torch_npu_then_notifies_and_steps_aside(tmp_path: Path):
     assert state["finder"] is False  # the finder removed itself once torch_npu was found
 
 
+# A meta path finder whose loader has only the legacy load_module(), as some packagers' finders do,
+# serving torch_npu from a source string.
+LEGACY_FINDER = """
+import importlib.machinery, sys, types
+class LegacyLoader:
+    def load_module(self, fullname):
+        module = sys.modules.setdefault(fullname, types.ModuleType(fullname))
+        module.__loader__ = self
+        exec("__version__ = '2.1.0.post6'\\nLOADED = True\\n", module.__dict__)
+        return module
+class LegacyFinder:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "torch_npu":
+            return importlib.machinery.ModuleSpec(fullname, LegacyLoader())
+        return None
+sys.meta_path.append(LegacyFinder())
+"""
+
+
+def test_a_legacy_load_module_loader_still_imports_and_notifies(tmp_path: Path):
+    write_hook(tmp_path)
+    code = LEGACY_FINDER + "import warnings\nwarnings.simplefilter('ignore', ImportWarning)\n"
+    code += "import torch_npu\nassert torch_npu.LOADED and torch_npu.__version__ == '2.1.0.post6'\n" + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    assert state["events"] == ["torch_npu"] and state["finder"] is False
+
+
 def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Path):
     # Without torch in this interpreter's path, registering the fixes fails: the import of
     # torch_npu must still succeed, silently, with the error kept in the record.
