@@ -382,7 +382,10 @@ def plan_install(
             plan.blobs[after] = new
             if current is not None:
                 plan.blobs[before] = current
-            entries[path] = Entry(path, kind, before, after, patch)
+            # What restore puts back stays what was there before ascend-env first wrote the file
+            # (nothing, for the hook's files): not the bytes someone edited into it since.
+            original = before if previous is None else previous.before
+            entries[path] = Entry(path, kind, original, after, patch)
         elif previous is not None:
             entries[path] = Entry(path, kind, previous.before, after, patch)
         elif kind == "extra":

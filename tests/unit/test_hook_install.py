@@ -177,6 +177,23 @@ def test_status_fails_when_the_hook_cannot_register(tmp_path: Path, patches):
     assert "startup hook error: " in text
 
 
+@pytest.mark.parametrize("name", [hook.PTH_FILE, hook.MODULE_FILE])
+def test_restore_after_an_edited_hook_file_was_reinstalled_removes_it(site, patches, name):
+    """install wrote the hook's files, someone edited one, install put it back: restore removes
+    the files install created, not writes the edited bytes back (a broken .pth would then run at
+    every start)."""
+    before = snapshot(site)
+    install = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
+    assert run_cli(*install).returncode == 0
+    (site / name).write_text("import no_such_module_anywhere\n")
+    assert run_cli(*install).returncode == 0
+    assert (site / name).read_bytes() == hook.files()[name]
+    result = run_cli("restore", "--target", str(site))
+    assert result.returncode == 0, result.stderr
+    assert not (site / name).exists()
+    assert snapshot(site) == before
+
+
 def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
