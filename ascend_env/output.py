@@ -29,6 +29,17 @@ def write_json(data: Any, stream: Optional[TextIO] = None) -> None:
 
 
 def write_text(text: str, stream: Optional[TextIO] = None) -> None:
-    """Write ``text`` (to stdout by default), making sure it ends with one newline."""
+    """Write ``text`` (to stdout by default), making sure it ends with one newline.
+
+    Paths that are not valid in the file system's encoding reach here with their undecodable
+    bytes as lone surrogates (PEP 383); they are written as ``\\xNN`` escapes, and any character
+    the stream cannot encode as a backslash escape, instead of failing with UnicodeEncodeError.
+    """
     stream = sys.stdout if stream is None else stream
-    stream.write(text if text.endswith("\n") else text + "\n")
+    stream.write(_encodable(text if text.endswith("\n") else text + "\n", stream))
+
+
+def _encodable(text: str, stream: TextIO) -> str:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    escaped = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return escaped.encode(encoding, "backslashreplace").decode(encoding)

@@ -408,3 +408,30 @@ def test_detect_with_garbage_cann_files_reports_them(counts, tmp_path):
     assert any("not a CANN version" in p or "no 'version='" in p for p in report["cann"]["problems"]), report
     counts.bad_inputs += 1
     counts.runs += 1
+
+
+# -- paths that are not UTF-8 ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_site_packages_path_that_is_not_utf8(tmp_path, patches, as_json):
+    """A directory name with a byte that is not UTF-8, under a UTF-8 locale: install, status and
+    restore work and report, the undecodable byte shown as an escape (it was a UnicodeEncodeError
+    traceback after the change was made)."""
+    site = make_site(Path(os.fsdecode(os.fsencode(tmp_path) + b"/bad\xe9dir")))
+    before = snapshot(site)
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONIOENCODING": ""}
+    flags = ["--json"] if as_json else []
+    status = ["status", "--target", str(site), "--patches-dir", str(patches)]
+    for argv in (install_args(site, patches), status, ["restore", "--target", str(site)]):
+        result = subprocess.run([sys.executable, "-m", "ascend_env", *argv, *flags], capture_output=True,
+                                timeout=120, env=env)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        assert b"Traceback" not in result.stderr
+        out = result.stdout.decode("utf-8")  # valid UTF-8 whatever the path holds
+        if as_json:
+            report = json.loads(out)  # the undecodable byte as its surrogate, "\\udce9"
+            assert str(site) in (report.get("site_packages"), report.get("target"))
+        else:
+            assert "bad\\xe9dir" in out
+    assert snapshot(site) == before
