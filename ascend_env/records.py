@@ -36,8 +36,12 @@ def sha256_hex(data: bytes) -> str:
 
 def record_hash(data: bytes) -> str:
     """The RECORD form of the sha256 of ``data``: ``sha256=<urlsafe b64, no padding>``."""
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode("ascii")
+    return record_digest(hashlib.sha256(data).digest())
+
+
+def record_digest(digest: bytes) -> str:
+    """The RECORD form of a sha256 ``digest`` (for data hashed in blocks)."""
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ so that the same input gives the same bytes.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import os
 import re
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -29,7 +31,7 @@ from packaging.version import Version
 from ascend_env.diffs import apply_patch, parse_patch
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.manifest import Manifest, NothingToDo, Release, load_manifest, patches_dir, read_patch_text
-from ascend_env.records import record_hash, sha256_hex
+from ascend_env.records import record_digest, record_hash, sha256_hex
 
 __all__ = ["LOCAL_PREFIX", "PatchedWheel", "local_version", "patch_wheel"]
 
@@ -101,11 +103,12 @@ def _set_version(metadata: bytes, version: str) -> bytes:
     return new.encode("utf-8")
 
 
-def _record(entries: List[Tuple[str, bytes]], record_name: str) -> bytes:
+def _record(entries: List[Tuple[str, str, int]], record_name: str) -> bytes:
+    """RECORD's text for ``(name, record hash, size)`` rows, then its own row."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    for name, data in entries:
-        writer.writerow([name, record_hash(data), len(data)])
+    for row in entries:
+        writer.writerow(row)
     writer.writerow([record_name, "", ""])
     return buffer.getvalue().encode("utf-8")
 
@@ -145,7 +148,10 @@ def patch_wheel(
 ) -> PatchedWheel:
     """Write the patched copy of ``wheel`` into ``output_dir`` and describe it.
 
-    ``manifest`` and ``directory`` (the patches directory) default to the shipped ones.
+    ``manifest`` and ``directory`` (the patches directory) default to the shipped ones. Members are
+    streamed from the wheel into the copy, except the few that change; a member larger than
+    :data:`MEMBER_LIMIT`, members that add up to more than :data:`TOTAL_LIMIT`, or a member that
+    does not decompress cleanly refuse the wheel.
     """
     if build < 1:
         raise UsageError(f"build number {build} is not a positive integer.", "pass --build 1 or more.")
@@ -158,20 +164,92 @@ def patch_wheel(
         archive = zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         raise EnvironmentProblem(f"cannot read {wheel}: {exc}.", "pass a complete wheel file.") from None
-    with archive:
-        infos = archive.infolist()
-        old_info = _dist_info([i.filename for i in infos], project, str(version))
-        new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
-        contents = {info.filename: archive.read(info) for info in infos if not info.is_dir()}
-
     stem = wheel.name.split("-", 1)[0]
     result = PatchedWheel(output_dir / f"{stem}-{new_version}-{tags}.whl", new_version, str(version))
+    with archive:
+        infos = [info for info in archive.infolist() if not info.is_dir()]
+        _check_sizes(wheel, infos)
+        members = {info.filename: info for info in infos}
+        old_info = _dist_info(list(members), project, str(version))
+        new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
+        changed = _patched_members(archive, wheel, members, (project, release), manifest, directory, result)
+        metadata = f"{old_info}/METADATA"
+        if metadata not in members or f"{old_info}/RECORD" not in members:
+            raise EnvironmentProblem(f"the wheel has no {metadata} or RECORD.", "pass an unmodified wheel.")
+        changed[metadata] = _set_version(_read(archive, wheel, members[metadata]), new_version)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".patch-wheel-", suffix=".whl", dir=output_dir)
+        os.close(handle)
+        try:
+            with zipfile.ZipFile(temporary, "w") as out:
+                _write_members(archive, wheel, out, infos, changed, old_info, new_info)
+            os.replace(temporary, result.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    return result
+
+
+#: The largest wheel member that patch-wheel reads (transformers' largest file is under 1 MiB).
+MEMBER_LIMIT = 64 << 20
+#: The most that all members of a wheel may add up to, uncompressed.
+TOTAL_LIMIT = 1 << 30
+
+
+def _check_sizes(wheel: Path, infos: List[zipfile.ZipInfo]) -> None:
+    """Refuse a wheel whose members declare more than the limits (a zip bomb, or not a wheel of
+    Python files); decompression never yields more than a member declares."""
+    for info in infos:
+        if info.file_size > MEMBER_LIMIT:
+            raise EnvironmentProblem(
+                f"{info.filename} in {wheel} unpacks to {info.file_size} bytes, more than "
+                f"patch-wheel reads ({MEMBER_LIMIT}).",
+                "pass the wheel as released: pip download --no-deps transformers==<version>.",
+            )
+    total = sum(info.file_size for info in infos)
+    if total > TOTAL_LIMIT:
+        raise EnvironmentProblem(
+            f"{wheel} unpacks to {total} bytes, more than patch-wheel reads ({TOTAL_LIMIT}).",
+            "pass the wheel as released: pip download --no-deps transformers==<version>.",
+        )
+
+
+def _read(archive: zipfile.ZipFile, wheel: Path, info: zipfile.ZipInfo) -> bytes:
+    """The bytes of one member; a damaged member (bad CRC, corrupt deflate data, truncated, an
+    unknown compression) is a clear error."""
+    try:
+        with archive.open(info) as member:
+            return member.read(info.file_size + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError) as exc:
+        raise _damaged(wheel, info, exc) from None
+
+
+def _damaged(wheel: Path, info: zipfile.ZipInfo, exc: BaseException) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"{info.filename} in {wheel} is damaged ({type(exc).__name__}: {exc}).",
+        "download the wheel again: pip download --no-deps transformers==<version>.",
+    )
+
+
+def _patched_members(
+    archive: zipfile.ZipFile,
+    wheel: Path,
+    members: Dict[str, zipfile.ZipInfo],
+    project_release: Tuple[str, Release],
+    manifest: Manifest,
+    directory: Path,
+    result: PatchedWheel,
+) -> Dict[str, bytes]:
+    """The new bytes of each member that the release's patches change (recorded in ``result``)."""
+    project, release = project_release
+    version = result.original_version
+    changed: Dict[str, bytes] = {}
     for target, change in sorted(release.changes.items()):
-        original = contents.get(target)
-        if original is None:
+        if target not in members:
             raise EnvironmentProblem(
                 f"the wheel has no {target}, which {project} {version} has.", "pass an unmodified wheel."
             )
+        original = _read(archive, wheel, members[target])
         if sha256_hex(original) != change.before:
             raise EnvironmentProblem(
                 f"{target} in the wheel differs from {project} {version}'s file "
@@ -185,40 +263,54 @@ def patch_wheel(
                 f"patch {change.patch} gives {target} another text than the manifest records.",
                 "reinstall ascend-env, or regenerate the manifest with tools/check_patches.py.",
             )
-        contents[target] = patched
+        changed[target] = patched
         result.files[target] = {"patch": change.patch, "before": change.before, "after": change.after}
+    return changed
 
-    metadata = f"{old_info}/METADATA"
-    if metadata not in contents:
-        raise EnvironmentProblem(f"the wheel has no {metadata}.", "pass an unmodified wheel.")
-    contents[metadata] = _set_version(contents[metadata], new_version)
 
-    written: List[Tuple[zipfile.ZipInfo, bytes]] = []
-    record_name = f"{new_info}/RECORD"
+def _write_members(
+    archive: zipfile.ZipFile,
+    wheel: Path,
+    out: zipfile.ZipFile,
+    infos: List[zipfile.ZipInfo],
+    changed: Dict[str, bytes],
+    old_info: str,
+    new_info: str,
+) -> None:
+    """Every member into ``out``, in the wheel's order: the changed ones from ``changed``, the
+    others streamed; the ``.dist-info`` renamed; a fresh RECORD last (signatures dropped)."""
+    rows: List[Tuple[str, str, int]] = []
     for info in infos:
-        if info.is_dir():
-            continue
         top, _, rest = info.filename.partition("/")
         if top == old_info and rest in ("RECORD", *_SIGNATURES):
             continue
         name = f"{new_info}/{rest}" if top == old_info else info.filename
-        written.append((_copy_info(info, name), contents[info.filename]))
+        if info.filename in changed:
+            data = changed[info.filename]
+            out.writestr(_copy_info(info, name), data)
+            rows.append((name, record_hash(data), len(data)))
+        else:
+            rows.append((name, *_copy_member(archive, wheel, info, out, _copy_info(info, name))))
+    record_name = f"{new_info}/RECORD"
     record_info = _copy_info(next(i for i in infos if i.filename == f"{old_info}/RECORD"), record_name)
-    record = _record([(info.filename, data) for info, data in written], record_name)
-    written.append((record_info, record))
+    out.writestr(record_info, _record(rows, record_name))
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".patch-wheel-", suffix=".whl", dir=output_dir)
-    os.close(handle)
+
+def _copy_member(
+    archive: zipfile.ZipFile, wheel: Path, info: zipfile.ZipInfo, out: zipfile.ZipFile, new: zipfile.ZipInfo
+) -> Tuple[str, int]:
+    """Stream one member into ``out`` in blocks; its RECORD hash and size."""
+    digest = hashlib.sha256()
+    size = 0
     try:
-        with zipfile.ZipFile(temporary, "w") as out:
-            for info, data in written:
-                out.writestr(info, data)
-        os.replace(temporary, result.path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return result
+        with archive.open(info) as source, out.open(new, "w") as target:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                digest.update(block)
+                size += len(block)
+                target.write(block)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        raise _damaged(wheel, info, exc) from None
+    return record_digest(digest.digest()), size
 
 
 def _copy_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:

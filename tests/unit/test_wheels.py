@@ -257,3 +257,67 @@ def test_pip_installs_it_over_the_original_and_a_pin_resolves_to_it(tmp_path, pa
 def test_the_shipped_manifest_loads_for_patch_wheel():
     manifest = load_manifest()
     assert manifest.lookup("4.46.3+ascend.1") == manifest.lookup("4.46.3")
+
+
+# -- damaged and oversized wheels -----------------------------------------------------------------
+
+
+def damage(wheel: Path, member: str, how: str) -> None:
+    """Rewrite ``member``'s bytes inside ``wheel``: a flipped byte in a stored member (its CRC no
+    longer matches), or garbage in place of a deflated member's compressed stream."""
+    with zipfile.ZipFile(wheel) as archive:
+        contents = {info: archive.read(info) for info in archive.infolist()}
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for info, data in contents.items():
+            stored = how == "crc" and info.filename == member
+            info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(member)
+    raw = bytearray(wheel.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    if how == "crc":
+        raw[start] ^= 0x01
+    else:
+        raw[start : start + info.compress_size] = b"\xff" * info.compress_size
+    wheel.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("how", ["crc", "deflate"])
+@pytest.mark.parametrize("member", [TARGET, "transformers/__init__.py"])  # read, or streamed
+def test_a_damaged_member_is_refused_and_leaves_no_output(tmp_path, patches, original, capsys, member, how):
+    damage(original, member, how)
+    out = tmp_path / "out"
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{member} in {original} is damaged" in err and "fix: " in err and "Traceback" not in err
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path, patches, capsys):
+    from ascend_env import wheels
+
+    (tmp_path / "in").mkdir()
+    bomb = build_wheel(tmp_path / "in", "1.0.0", {**FILES, "transformers/zeros.bin": ""})
+    with zipfile.ZipFile(bomb) as archive:
+        contents = {info: archive.read(info) for info in archive.infolist()}
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, data in contents.items():
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zeros = info.filename == "transformers/zeros.bin"
+            archive.writestr(info, b"\0" * (wheels.MEMBER_LIMIT + 1) if zeros else data)
+    assert bomb.stat().st_size < wheels.MEMBER_LIMIT // 100  # it compresses a thousandfold
+    argv = ["patch-wheel", str(bomb), "-o", str(tmp_path / "out"), "--patches-dir", str(patches)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"transformers/zeros.bin in {bomb} unpacks to {wheels.MEMBER_LIMIT + 1} bytes" in err
+
+
+def test_members_adding_up_past_the_total_limit_are_refused(tmp_path, patches, original, capsys, monkeypatch):
+    from ascend_env import wheels
+
+    monkeypatch.setattr(wheels, "TOTAL_LIMIT", 100)
+    argv = ["patch-wheel", str(original), "-o", str(tmp_path / "out"), "--patches-dir", str(patches)]
+    assert main(argv) == 2
+    assert "more than patch-wheel reads (100)" in capsys.readouterr().err
