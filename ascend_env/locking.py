@@ -21,10 +21,29 @@ __all__ = ["locked"]
 LOCK_FILE = "lock"
 
 
-def _read_only(directory: Path, exc: OSError) -> EnvironmentProblem:
+def _cannot_create(directory: Path, exc: OSError) -> EnvironmentProblem:
+    """The problem and fix for an OSError while creating ``directory`` or its lock file."""
+    where = directory.parent
+    if exc.errno == errno.EROFS:
+        return EnvironmentProblem(
+            f"cannot write in {where}: its file system is mounted read-only, so nothing was changed.",
+            "run ascend-env where that file system is writable (in a Dockerfile: a RUN step of the "
+            "image build), or use a virtual environment on a writable one.",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return EnvironmentProblem(
+            f"cannot write in {where} ({exc.strerror}): site-packages is read-only for this user.",
+            "run as the user that owns the environment, or use a writable virtual environment.",
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EnvironmentProblem(
+            f"cannot create {directory} ({exc.strerror}): its file system has no free space or inodes "
+            "left, or the user's quota is used up, so nothing was changed.",
+            f"free space and inodes there (df -h {where}; df -i {where}), then run the command again.",
+        )
     return EnvironmentProblem(
-        f"cannot write in {directory.parent} ({exc.strerror}): site-packages is read-only for this user.",
-        "run as the user that owns the environment, or use a writable virtual environment.",
+        f"cannot create {directory} or its lock file ({exc.strerror}), so nothing was changed.",
+        f"check {where} (permissions, free space: df -h {where}), then run the command again.",
     )
 
 
@@ -55,9 +74,7 @@ def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
                 ) from None
             continue  # another run removed the directory while mkdir looked at it: try again
         except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise _read_only(directory, exc) from None
-            raise
+            raise _cannot_create(directory, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -243,6 +243,57 @@ def test_permission_error_on_the_write_path(capsys, counts, monkeypatch, site, p
     refused(capsys, counts, site, install_args(site, patches), "Permission denied", "writable")
 
 
+def fail_state_directory(monkeypatch, site: Path, step: str, error: int) -> None:
+    """Make creating ``.ascend-env`` (``step`` "mkdir") or its lock file ("lock") fail with ``error``."""
+    from ascend_env import locking
+
+    directory = state_dir(site)
+    if step == "mkdir":
+        real_mkdir = Path.mkdir
+
+        def mkdir(self, *args, **kwargs):
+            if self == directory:
+                raise OSError(error, os.strerror(error))
+            return real_mkdir(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+    else:
+        real_open = os.open
+
+        def open_(path, *args, **kwargs):
+            if Path(path) == directory / locking.LOCK_FILE:
+                raise OSError(error, os.strerror(error))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(locking.os, "open", open_)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize("step", ["mkdir", "lock"])
+@pytest.mark.parametrize(
+    "error, words",
+    [(errno.ENOSPC, "no free space or inodes"), (errno.EDQUOT, "quota"), (errno.EROFS, "mounted read-only"),
+     (errno.EMLINK, "or its lock file")],
+)
+def test_creating_the_state_directory_fails(capsys, counts, monkeypatch, site, patches, as_json, step,
+                                            error, words):
+    """No space, inodes or quota, a read-only mount: the problem and its fix, exit 2, nothing
+    changed; with --json, one JSON document (it was a traceback in place of JSON)."""
+    fail_state_directory(monkeypatch, site, step, error)
+    argv = install_args(site, patches)
+    before = snapshot(site)
+    code = main([*argv, "--json"] if as_json else argv)
+    captured = capsys.readouterr()
+    assert code == 2 and snapshot(site) == before
+    if as_json:
+        report = json.loads(captured.out)
+        assert report["ok"] is False and words in report["problem"] and report["fix"]
+    else:
+        assert words in captured.err and "fix: " in captured.err
+    counts.bad_inputs += 1
+    counts.runs += 1
+
+
 def test_full_disk_at_every_write(capsys, counts, monkeypatch, tmp_path):
     """ENOSPC at the n-th write: refused (exit 2); before the journal nothing changed at all,
     after it each file is old or new and the next run, with space again, finishes."""
