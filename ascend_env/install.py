@@ -19,7 +19,16 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Uni
 from ascend_env import __version__
 from ascend_env.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
-from ascend_env.journal import Change, Journal, commit, needs_recovery, read_blob, read_journal, recover
+from ascend_env.journal import (
+    Change,
+    Journal,
+    commit,
+    drop_bytecode,
+    needs_recovery,
+    read_blob,
+    read_journal,
+    recover,
+)
 from ascend_env.locking import locked
 from ascend_env.manifest import (
     Manifest,
@@ -31,7 +40,7 @@ from ascend_env.manifest import (
     read_patch_text,
 )
 from ascend_env.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
-from ascend_env.state import Entry, State, drift, read_file, read_state, state_dir
+from ascend_env.state import Entry, State, drift, read_file, read_state, state_dir, unchecked_stale_bytecode
 
 __all__ = [
     "PATCH_MODES",
@@ -463,6 +472,9 @@ def install(
         plan.report["dry_run"] = True
         return plan.report
     if not plan.changes and not needs_recovery(site_packages):
+        dropped = _drop_stale_bytecode(site_packages)
+        if dropped:
+            plan.report["bytecode_dropped"] = dropped
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with _locked_and_recovered(site_packages) as recovered:
@@ -476,6 +488,20 @@ def install(
     if recovered:
         plan.report["recovered"] = f"finished an interrupted {recovered}"
     return plan.report
+
+
+def _drop_stale_bytecode(site_packages: Path) -> List[str]:
+    """Drop the bytecode of each patched file that holds ascend-env's text but has unchecked
+    bytecode compiled from other text (which would run instead); the paths whose bytecode went."""
+    state = read_state(site_packages)
+    dropped = []
+    for entry in state.entries if state is not None else ():
+        path = site_packages / entry.path
+        data = read_file(path)
+        if data is not None and sha256_hex(data) == entry.after and unchecked_stale_bytecode(path, data):
+            drop_bytecode(path)
+            dropped.append(entry.path)
+    return dropped
 
 
 # -- restore ----------------------------------------------------------------------------------------

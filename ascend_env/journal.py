@@ -14,6 +14,7 @@ that write point; the labels are listed in :data:`CRASH_POINTS`.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import shutil
@@ -202,6 +203,7 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
 
 def _apply_change(site_packages: Path, change: Change, index: int) -> None:
     path = site_packages / change.path
+    drop_bytecode(path)
     current = file_sha256(path)
     if current == change.after:
         return
@@ -227,6 +229,26 @@ def _apply_change(site_packages: Path, change: Change, index: int) -> None:
     except OSError as exc:
         raise _write_failed(path, exc) from None
     crash_point(f"change-{index}")
+
+
+def drop_bytecode(path: Path) -> None:
+    """Remove the cached bytecode of ``path`` (a ``.py`` file), for every interpreter and
+    optimisation level, before its source changes: a ``.pyc`` compiled with
+    ``--invalidation-mode unchecked-hash`` (common in images) is never checked against its
+    source, so the old code would go on running. Python writes a fresh one at the next import."""
+    if path.suffix != ".py":
+        return
+    cache = path.parent / "__pycache__"
+    try:
+        stale = list(cache.glob(f"{glob.escape(path.stem)}.*.pyc"))
+        for pyc in stale:
+            pyc.unlink()
+    except FileNotFoundError:  # no __pycache__, or another process removed it
+        return
+    except OSError as exc:
+        raise _write_failed(cache, exc) from None
+    if stale:
+        _fsync_dir(cache)
 
 
 def _finish(site_packages: Path, journal: Journal) -> None:

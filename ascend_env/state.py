@@ -9,6 +9,7 @@ that the startup hook can call :func:`drift` cheaply.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -156,8 +157,43 @@ def drift(site_packages: Path) -> List[str]:
         return []
     lines = []
     for entry in state.entries:
-        found = file_sha256(Path(site_packages) / entry.path)
+        path = Path(site_packages) / entry.path
+        data = read_file(path)
+        found = None if data is None else hashlib.sha256(data).hexdigest()
         if found != entry.after:
             what = "is missing" if found is None else "changed since ascend-env install"
             lines.append(f"{entry.path} {what}")
+        elif data is not None:
+            lines.extend(
+                f"{entry.path}: its bytecode {pyc.name} runs other code and is never checked against it"
+                for pyc in unchecked_stale_bytecode(path, data)
+            )
     return lines
+
+
+def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
+    """The cached ``.pyc`` files of ``path`` (a ``.py`` file) that were compiled with
+    ``--invalidation-mode unchecked-hash`` from other text than ``source``: Python runs them
+    without looking at the source, so ``source`` (the patched text) never runs."""
+    if path.suffix != ".py":
+        return []
+    import importlib.util
+
+    stale = []
+    try:
+        candidates = sorted((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
+    except OSError:
+        return []
+    expected = None
+    for pyc in candidates:
+        try:
+            with open(pyc, "rb") as handle:
+                header = handle.read(16)
+        except OSError:
+            continue
+        flags = int.from_bytes(header[4:8], "little") if len(header) == 16 else 0
+        if flags & 0b01 and not flags & 0b10:  # hash-based, source not checked (PEP 552)
+            expected = importlib.util.source_hash(source) if expected is None else expected
+            if header[8:16] != expected:
+                stale.append(pyc)
+    return stale

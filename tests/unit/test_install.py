@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import py_compile
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -415,3 +419,58 @@ def test_a_plan_that_fails_twice_is_refused(site, patches, monkeypatch):
     with pytest.raises(EnvironmentProblem, match="missing or damaged"):
         engine.restore(site)
     assert snapshot(site) == before
+
+
+def _runs_isin(site: Path) -> bool:
+    """Whether the code that a fresh interpreter runs for the stopping-criteria target calls isin."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(site)!r})\n"
+        "from transformers.generation import stopping_criteria as m\n"
+        "print('isin' in m.eos.__code__.co_names)\n"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip() == "True"
+
+
+def _compile_unchecked(site: Path) -> None:
+    """Bytecode as images often ship it: never checked against its source."""
+    for relative in (STOP_PATH, UTILS_PATH):
+        source = str(site / relative)
+        for level in ("", 1):  # python and python -O
+            cfile = importlib.util.cache_from_source(source, optimization=level)
+            py_compile.compile(source, cfile=cfile, optimize=-1 if level == "" else level, doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+
+
+def test_stale_unchecked_bytecode_is_drift(site, patches):
+    """Bytecode compiled unchecked from the original text after install (an image step that
+    restored it, say): the patched source never runs, and status must not say "applied"."""
+    install(site, patches)
+    original = site / STOP_PATH
+    patched = original.read_bytes()
+    original.write_bytes(STOPPING.encode())
+    _compile_unchecked(site)
+    original.write_bytes(patched)
+    assert _runs_isin(site)
+    lines = drift(site)
+    prefix = f"{STOP_PATH}: its bytecode stopping_criteria."
+    assert len(lines) == 2 and all(line.startswith(prefix) for line in lines)
+    result = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
+    assert result.returncode == 1 and json.loads(result.stdout)["status"] == "drifted"
+    report = install(site, patches)  # what status advises: it drops that bytecode
+    assert report["bytecode_dropped"] == [STOP_PATH] and drift(site) == [] and not _runs_isin(site)
+
+
+def test_install_and_restore_drop_bytecode_that_is_never_checked(site, patches):
+    """An unchecked-hash .pyc of a patched file would keep the old code running after install
+    (and the patched code after restore): both drop the .pyc files of every file they change."""
+    _compile_unchecked(site)
+    assert _runs_isin(site)
+    install(site, patches)
+    assert not _runs_isin(site)  # the patched source runs
+    assert drift(site) == []
+    _compile_unchecked(site)  # the image rebuilt its bytecode from the patched sources
+    assert not _runs_isin(site) and drift(site) == []
+    assert engine.restore(site)["result"] == "restored"
+    assert _runs_isin(site)
