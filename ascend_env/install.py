@@ -40,7 +40,16 @@ from ascend_env.manifest import (
     read_patch_text,
 )
 from ascend_env.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
-from ascend_env.state import Entry, State, drift, read_file, read_state, state_dir, unchecked_stale_bytecode
+from ascend_env.state import (
+    Entry,
+    State,
+    drift,
+    file_sha256,
+    read_file,
+    read_state,
+    state_dir,
+    unchecked_stale_bytecode,
+)
 
 __all__ = [
     "PATCH_MODES",
@@ -391,9 +400,14 @@ def plan_install(
             plan.blobs[after] = new
             if current is not None:
                 plan.blobs[before] = current
-            # What restore puts back stays what was there before ascend-env first wrote the file
-            # (nothing, for the hook's files): not the bytes someone edited into it since.
-            original = before if previous is None else previous.before
+            # What restore puts back: what was there before ascend-env first wrote the file
+            # (nothing, for the hook's files), not bytes someone edited into it since; but a file
+            # that another installer replaced since (pip rewrote ascend-env's RECORD) has the new
+            # bytes as its original.
+            if previous is None or (previous.before is not None and before != previous.after):
+                original = before
+            else:
+                original = previous.before
             entries[path] = Entry(path, kind, original, after, patch)
         elif previous is not None:
             entries[path] = Entry(path, kind, previous.before, after, patch)
@@ -436,7 +450,11 @@ def plan_install(
         current = read_file(path)
         add(name, "extra", current, data)
     for path, entry in old_entries.items():
-        entries.setdefault(path, entry)
+        # An entry that no file of this run claims is kept, unless it is a file ascend-env amended
+        # (its own RECORD) that another installer has replaced since: pip owns it now.
+        replaced = entry.before is not None and file_sha256(site_packages / path) != entry.after
+        if path not in entries and not (entry.kind == "extra" and replaced):
+            entries[path] = entry
     plan.report["files"] = [f.to_dict() for f in inspection.files]
     if plan.changes:
         plan.state = State(__version__, _now(), dist.name, dist.version, tuple(entries.values()))
@@ -543,6 +561,16 @@ def plan_restore(site_packages: Path) -> Plan:
         elif entry.kind == "patch" and not same_release:
             action = "skipped: belongs to a transformers release that was replaced"
             skipped.append(entry.path)
+        elif entry.kind == "extra" and entry.before is None:
+            # A file install created (a hook file) that was edited since: it is ascend-env's own
+            # name, so restore removes it all the same, edits included.
+            action = "removed (edited since install)"
+            plan.changes.append(Change(entry.path, digest, None))
+            plan.blobs[digest] = current  # type: ignore[assignment]
+        elif entry.kind == "extra":
+            # A file install amended (ascend-env's own RECORD) that another installer has
+            # replaced or removed since (pip install of another ascend-env build): it is theirs now.
+            action = "left alone: replaced by another installer since install"
         else:
             action = "conflict"
             conflicts.append(entry.path)

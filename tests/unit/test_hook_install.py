@@ -212,3 +212,62 @@ def test_status_after_hook_only_says_the_patches_are_not_applied(site, patches):
     report = json.loads(result.stdout)
     assert report["status"] == "not applied"
     assert {item["status"] for item in report["files"]} == {"clean"}
+
+
+def pip_reinstall_ascend_env(site: Path, version: str) -> None:
+    """What pip does for ``pip install`` of another ascend-env build: remove every file the
+    installed RECORD lists (the hook's files among them), then install the new build's files."""
+    own = find_distribution(site, "ascend-env")
+    assert own is not None
+    for path in own.record:
+        (site / path).unlink(missing_ok=True)
+    (site / own.record_path).parent.rmdir()
+    source = f"__version__ = {version!r}\n".encode()
+    write_dist(site, "ascend_env", version, {"ascend_env/__init__.py": source})
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])  # a reinstall, an upgrade
+def test_pip_reinstall_of_ascend_env_then_restore(site, patches, version):
+    """restore right after pip replaced ascend-env: transformers comes back, the hook files pip
+    removed stay removed, and pip's new RECORD is left as pip wrote it."""
+    pristine = snapshot(site)
+    assert run_cli("install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+                   ).returncode == 0
+    pip_reinstall_ascend_env(site, version)
+    after_pip = snapshot(site, include_state=False)
+    status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
+    assert status.returncode == 1 and json.loads(status.stdout)["status"] == "drifted"
+    result = run_cli("restore", "--target", str(site))
+    assert result.returncode == 0, result.stderr
+    restored = snapshot(site)
+    own = [p for p in after_pip if p.startswith("ascend_env")]
+    assert {p: restored[p] for p in own} == {p: after_pip[p] for p in own}  # pip's, untouched
+    assert {p: d for p, d in restored.items() if not p.startswith("ascend_env")} == {
+        p: d for p, d in pristine.items() if not p.startswith("ascend_env")}
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+def test_pip_reinstall_of_ascend_env_then_install_status_restore(site, patches, version):
+    """install after pip replaced ascend-env puts the hook back into the new RECORD; status is
+    clean, and restore leaves pip's RECORD as pip wrote it."""
+    install = ["install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)]
+    pristine = snapshot(site)
+    assert run_cli(*install).returncode == 0
+    pip_reinstall_ascend_env(site, version)
+    after_pip = snapshot(site, include_state=False)
+    result = run_cli(*install)
+    assert result.returncode == 0, result.stderr
+    assert all((site / name).is_file() for name in hook.files())
+    own = find_distribution(site, "ascend-env")
+    assert own is not None and set(hook.files()) <= set(own.record)
+    status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
+    report = json.loads(status.stdout)
+    assert report["status"] == "applied" and not report.get("drift"), report
+    result = run_cli("restore", "--target", str(site))
+    assert result.returncode == 0, result.stderr
+    restored = snapshot(site)
+    assert {p: d for p, d in restored.items() if not p.startswith("ascend_env")} == {
+        p: d for p, d in pristine.items() if not p.startswith("ascend_env")}
+    assert not any((site / name).exists() for name in hook.files())
+    own = find_distribution(site, "ascend-env")
+    assert (site / own.record_path).read_bytes() == after_pip[own.record_path]
