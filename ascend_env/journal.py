@@ -149,7 +149,12 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = f"free space on the file system of {path} (see df -h), then run the command again"
+        fix = f"free space and inodes on the file system of {path} (df -h, df -i), then run the command again"
+    elif exc.errno == errno.EROFS:
+        fix = (
+            f"remount the file system of {path} writable (or run where it is: in a Dockerfile, a RUN "
+            "step of the image build), then run the command again"
+        )
     else:
         fix = (
             "make site-packages writable for this user (or use a virtual environment), "

@@ -243,6 +243,13 @@ def test_permission_error_on_the_write_path(capsys, counts, monkeypatch, site, p
     refused(capsys, counts, site, install_args(site, patches), "Permission denied", "writable")
 
 
+def test_read_only_mount_on_the_write_path_says_so(capsys, counts, monkeypatch, site, patches):
+    """EROFS is the mount, not the user's permissions: the fix says to remount or build there."""
+    fail_nth_write(monkeypatch, 1, errno.EROFS)
+    err = refused(capsys, counts, site, install_args(site, patches), "Read-only file system", "remount")
+    assert "for this user" not in err
+
+
 def fail_state_directory(monkeypatch, site: Path, step: str, error: int) -> None:
     """Make creating ``.ascend-env`` (``step`` "mkdir") or its lock file ("lock") fail with ``error``."""
     from ascend_env import locking
