@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 from packaging.version import InvalidVersion, Version
 
 from ascend_env import jsontext
-from ascend_env.diffs import safe_relative_path
+from ascend_env.diffs import MAX_PATCH_CHARS, safe_relative_path
 from ascend_env.exceptions import EnvironmentProblem
 
 __all__ = [
@@ -42,6 +42,8 @@ __all__ = [
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
+#: The largest manifest read (the shipped one is about 35 KB).
+MAX_MANIFEST_CHARS = 4 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
@@ -202,7 +204,7 @@ def load_manifest(directory: Optional[Path] = None) -> Manifest:
     directory = patches_dir() if directory is None else directory
     path = directory / MANIFEST
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path, MAX_MANIFEST_CHARS)
     except FileNotFoundError:
         raise EnvironmentProblem(
             f"no patch manifest at {path}.",
@@ -210,6 +212,8 @@ def load_manifest(directory: Optional[Path] = None) -> Manifest:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _fail(str(path), f"cannot be read ({exc})") from None
+    if len(text) > MAX_MANIFEST_CHARS:
+        raise _fail(str(path), f"is larger than {MAX_MANIFEST_CHARS} characters")
     try:
         data = jsontext.loads(text)
     except json.JSONDecodeError as exc:
@@ -221,8 +225,16 @@ def read_patch_text(directory: Path, entry: PatchEntry) -> str:
     """The text of one patch file listed in the manifest."""
     path = directory / entry.path
     try:
-        return path.read_text(encoding="utf-8")
+        # One character past the limit at most: parse_patch refuses it without the rest in memory.
+        return _read_bounded(path, MAX_PATCH_CHARS)
     except (OSError, UnicodeDecodeError) as exc:
         raise EnvironmentProblem(
             f"patch {entry.id}: cannot read {path} ({exc}).", "reinstall ascend-env."
         ) from None
+
+
+def _read_bounded(path: Path, limit: int) -> str:
+    """The UTF-8 text of ``path``, but no more than ``limit`` + 1 characters of it: a larger file
+    is never read whole (a 3 GiB one took 9.4 GB of memory before the size check)."""
+    with open(path, encoding="utf-8") as handle:
+        return handle.read(limit + 1)

@@ -90,6 +90,24 @@ def test_corrupt_patch(capsys, counts, site, patches, kind):
     refused(capsys, counts, site, install_args(site, patches), "stopping-criteria-eos-v1")
 
 
+@pytest.mark.parametrize("name", ["stopping-criteria-eos-v1.patch", "manifest.json"])
+def test_a_huge_patch_or_manifest_is_refused_without_reading_it_whole(capsys, counts, site, patches, name):
+    """A 64 MiB patch or manifest: refused by its size limit, having read no more than that."""
+    import tracemalloc
+
+    path = patches / (name if name == "manifest.json" else f"transformers/{name}")
+    with open(path, "ab") as handle:
+        handle.write(b"# filler\n" * (8 << 20))
+    tracemalloc.start()
+    try:
+        err = refused(capsys, counts, site, install_args(site, patches), "larger than")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert name.split(".")[0] in err
+    assert peak < 24 << 20, peak  # about the limit's worth of text (4M characters at most), not 64 MiB
+
+
 @pytest.mark.parametrize(
     "target", ["../outside.py", "transformers/../../outside.py", "/etc/passwd", "//etc/passwd"]
 )
