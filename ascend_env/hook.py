@@ -78,8 +78,9 @@ print(json.dumps(report))
 """
 
 
-def probe(python: str, timeout: float = 300) -> Dict[str, object]:
-    """Start ``python`` afresh and report whether the hook ran there, and what it registered."""
+def probe(python: str, timeout: float = 60) -> Dict[str, object]:
+    """Start ``python`` afresh and report whether the hook ran there, and what it registered once
+    torch_npu was imported; a process that takes longer than ``timeout`` seconds is stopped."""
     import json
     import subprocess
 
@@ -87,7 +88,10 @@ def probe(python: str, timeout: float = 300) -> Dict[str, object]:
         done = subprocess.run(
             [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired:
+        error = f"{python} did not finish within {timeout:.0f} s (importing torch_npu)"
+        return {"ran": False, "error": error}
+    except OSError as exc:
         return {"ran": False, "error": f"could not run {python}: {exc}"}
     if done.returncode != 0 or not done.stdout.strip():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

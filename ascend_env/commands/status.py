@@ -28,11 +28,16 @@ def describe_hook(hook_status: dict) -> List[str]:
     elif found.get("ran"):
         if found.get("backend") is None:
             lines.append("  startup hook: ran in a fresh process; waits for torch_npu (not installed)")
+        elif found.get("backend_error"):
+            lines.append(
+                "  startup hook: ran in a fresh process, but not checked there: torch_npu does not "
+                f"import ({found['backend_error']}); with CANN set up (set_env.sh) it can be, and "
+                "verify checks it on the simulated NPU"
+            )
         else:
             registered = ", ".join(found.get("registered", [])) or "nothing (torch_npu has them all)"
             lines.append(f"  startup hook: ran in a fresh process; registered {registered}")
-        errors = found.get("errors", []) + ([found["backend_error"]] if found.get("backend_error") else [])
-        lines.extend(f"  startup hook error: {error}" for error in errors)
+        lines.extend(f"  startup hook error: {error}" for error in found.get("errors", []))
     else:
         lines.append("  startup hook: did not run in a fresh process")
     return lines

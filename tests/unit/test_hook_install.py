@@ -194,6 +194,29 @@ def test_restore_after_an_edited_hook_file_was_reinstalled_removes_it(site, patc
     assert snapshot(site) == before
 
 
+def test_status_says_the_hook_was_not_checked_where_torch_npu_does_not_import(tmp_path: Path, patches):
+    """torch_npu installed but not importable (no CANN in a Docker build): the hook cannot be
+    checked there, and status says so, not 'registered nothing (torch_npu has them all)'."""
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "torch_npu").mkdir()
+    (site / "torch_npu" / "__init__.py").write_text(
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+    result = status_in(python, "--patches-dir", str(patches))
+    assert result.returncode == 0, result.stdout
+    assert "not checked there: torch_npu does not import (ImportError: libhccl.so" in result.stdout
+    assert "registered nothing" not in result.stdout and "startup hook error" not in result.stdout
+
+
+def test_a_hanging_probe_is_stopped_and_said(tmp_path: Path, patches):
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "torch_npu").mkdir()
+    (site / "torch_npu" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    found = hook.probe(str(python), timeout=2)
+    assert found["ran"] is False and "did not finish within 2 s (importing torch_npu)" in found["error"]
+
+
 def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
