@@ -84,9 +84,12 @@ def probe(python: str, timeout: float = 60) -> Dict[str, object]:
     import json
     import subprocess
 
+    from ascend_env.pyflags import child_flags
+
     try:
         done = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            [python, *child_flags(python), "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         error = f"{python} did not finish within {timeout:.0f} s (importing torch_npu)"

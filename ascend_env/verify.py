@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
+from ascend_env.pyflags import child_flags
 from ascend_env.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -116,8 +117,8 @@ def run_smoke(
     smoke = Smoke(device=device, steps=list(steps))
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
-        command = [options.python, "-m", "ascend_env.smoke", "--report", str(report),
-                   "--device", device, "--steps", ",".join(steps)]
+        command = [options.python, *child_flags(options.python), "-m", "ascend_env.smoke",
+                   "--report", str(report), "--device", device, "--steps", ",".join(steps)]
         if options.torch_npu:
             command += ["--torch-npu", options.torch_npu]
         started = time.monotonic()
