@@ -1,6 +1,9 @@
 import sys
 
-from ascend_env.cli import main
-
 if __name__ == "__main__":
+    try:
+        from ascend_env.cli import main
+    except KeyboardInterrupt:  # Ctrl-C while ascend-env itself loads: nothing was changed yet
+        sys.stderr.write("ascend-env: interrupted while starting; nothing was changed.\n")
+        sys.exit(130)
     sys.exit(main())

@@ -69,14 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: What an interrupted run says: the journal lets the next run finish a change in progress.
+INTERRUPTED = (
+    "ascend-env: interrupted. A change in progress is finished by the next install or restore "
+    "(its journal keeps it); python -m ascend_env status shows where things stand.\n"
+)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and return its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+    args = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         module = _load(args.command)
         if module is None:
             raise NotBuiltError(
@@ -87,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except AscendEnvError as exc:
         return report_error(exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:
-        sys.stderr.write("ascend-env: interrupted\n")
+        sys.stderr.write(INTERRUPTED)
         return 130
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ascend_env import cli
+
+ROOT = str(Path(cli.__file__).resolve().parents[1])
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -68,3 +72,39 @@ def test_version_flag():
 def test_output_is_plain_off_a_tty():
     result = run_cli("--help")
     assert "\033[" not in result.stdout
+
+
+def test_ctrl_c_while_loading_a_command_says_what_happens_next(monkeypatch, capsys):
+    """Ctrl-C before or while the command runs: exit 130 and one line that says the next install
+    or restore finishes a change in progress (no traceback)."""
+    from ascend_env import cli
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_load", interrupted)
+    try:
+        code = cli.main(["status"])
+    except KeyboardInterrupt:
+        pytest.fail("main() let KeyboardInterrupt out (a traceback for the user)")
+    assert code == 130
+    err = capsys.readouterr().err
+    assert err == cli.INTERRUPTED and "next install or restore" in err
+
+
+def test_ctrl_c_while_ascend_env_starts_is_one_line(tmp_path):
+    """Ctrl-C during the imports of ``python -m ascend_env`` (here: the CLI module's import raises
+    it): a line, exit 130, no traceback."""
+    code = (
+        "import runpy, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ascend_env.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "runpy.run_module('ascend_env', run_name='__main__')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 130
+    assert result.stderr == "ascend-env: interrupted while starting; nothing was changed.\n"
