@@ -21,10 +21,11 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.owners import match_owner, owner_for
 from ascend_env.records import sha256_hex
 from ascend_env.state import (
     JOURNAL_FILE,
@@ -119,13 +120,18 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    tmp_dir.mkdir(parents=True, exist_ok=True)
+    owner = owner_for(path)
+    if not tmp_dir.is_dir():
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        match_owner(tmp_dir, tmp_dir.parent)
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".write-")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
+            if owner is not None:  # root writing another user's environment: keep it theirs
+                _try_fchown(handle.fileno(), owner)
             os.fsync(handle.fileno())
         if label:
             crash_point(label + "-temp")
@@ -145,6 +151,13 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
         except FileNotFoundError:
             pass
         raise
+
+
+def _try_fchown(fd: int, owner: Tuple[int, int]) -> None:
+    try:
+        os.fchown(fd, *owner)
+    except OSError:  # a file system that refuses (root squashed): the file stays root's
+        pass
 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
@@ -185,7 +198,9 @@ def store_blob(site_packages: Path, data: bytes) -> str:
     directory = state_dir(site_packages) / ORIGINALS
     path = directory / digest
     if file_sha256(path) != digest:
-        directory.mkdir(exist_ok=True)
+        if not directory.is_dir():
+            directory.mkdir(exist_ok=True)
+            match_owner(directory, directory.parent)
         write_atomic(path, data, state_dir(site_packages) / TMP)
     return digest
 

@@ -511,3 +511,25 @@ def test_a_site_packages_path_that_is_not_utf8(tmp_path, patches, as_json):
         else:
             assert "bad\\xe9dir" in out
     assert snapshot(site) == before
+
+
+# -- root on another user's environment -----------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
+def test_root_leaves_no_root_owned_file_in_another_users_environment(capsys, counts, site, patches):
+    """sudo install, then sudo restore, on a site-packages that uid 65534 owns: everything
+    ascend-env creates or replaces there (patched files, RECORD, state, blobs, lock) stays theirs."""
+    owner = (65534, 65534)
+    for path in [site, *site.rglob("*")]:
+        os.chown(path, *owner)
+
+    def root_owned() -> list:
+        found = [p for p in site.rglob("*") if (p.lstat().st_uid, p.lstat().st_gid) != owner]
+        return sorted(str(p.relative_to(site)) for p in found)
+
+    assert main(install_args(site, patches)) == 0
+    assert (site / ".ascend-env").is_dir() and root_owned() == []
+    assert main(["restore", "--target", str(site)]) == 0
+    assert root_owned() == []
+    counts.runs += 2
