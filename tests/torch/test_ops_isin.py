@@ -265,6 +265,8 @@ def check_against_native(
 @example((300, torch.tensor([44] * 30, dtype=torch.int8)), False, False)
 @example((torch.tensor(2.5, dtype=torch.float64), torch.arange(12, dtype=torch.float32) / 2), False, False)
 @example((torch.tensor([math.nan, 1.0]), torch.arange(30.0)), False, False)
+@example((torch.tensor([1.0, 2.0]).half(), torch.tensor([2.0]).half()), False, True)
+@example((torch.tensor([1.0, 2.5], dtype=torch.bfloat16), torch.tensor([2.5])), False, False)
 def test_matches_native(pair, assume_unique, invert):
     elements, test = pair
     refusal = native_refusal(elements, test)
