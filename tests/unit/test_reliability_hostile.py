@@ -401,17 +401,21 @@ STATES = {
 }
 
 
+def command_argv(command: str, site: Path, patches: Path) -> list:
+    """install, restore or status on ``site``."""
+    return {
+        "install": install_args(site, patches),
+        "restore": ["restore", "--target", str(site)],
+        "status": ["status", "--target", str(site), "--patches-dir", str(patches)],
+    }[command]
+
+
 @pytest.mark.parametrize("kind", sorted(STATES))
 @pytest.mark.parametrize("command", ["install", "restore", "status"])
 def test_corrupt_or_newer_state_file(capsys, counts, site, patches, kind, command):
     state_dir(site).mkdir()
     (state_dir(site) / "state.json").write_bytes(STATES[kind])
-    argv = {
-        "install": install_args(site, patches),
-        "restore": ["restore", "--target", str(site)],
-        "status": ["status", "--target", str(site), "--patches-dir", str(patches)],
-    }[command]
-    refused(capsys, counts, site, argv, "state.json")
+    refused(capsys, counts, site, command_argv(command, site, patches), "state.json")
 
 
 JOURNALS = {
@@ -425,21 +429,14 @@ JOURNALS = {
 def test_corrupt_journal(capsys, counts, site, patches, kind, command):
     state_dir(site).mkdir()
     (state_dir(site) / "journal.json").write_bytes(JOURNALS[kind])
-    argv = {
-        "install": install_args(site, patches),
-        "restore": ["restore", "--target", str(site)],
-        "status": ["status", "--target", str(site), "--patches-dir", str(patches)],
-    }[command]
-    refused(capsys, counts, site, argv, "journal")
+    refused(capsys, counts, site, command_argv(command, site, patches), "journal")
 
 
 @pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"{\"patches\": " + b"[" * 50_000])
 @pytest.mark.parametrize("command", ["install", "status"])
 def test_manifest_nested_too_deeply(capsys, counts, site, patches, data, command):
     (patches / "manifest.json").write_bytes(data)
-    argv = install_args(site, patches) if command == "install" else [
-        "status", "--target", str(site), "--patches-dir", str(patches)]
-    refused(capsys, counts, site, argv, "manifest.json")
+    refused(capsys, counts, site, command_argv(command, site, patches), "manifest.json")
 
 
 # -- CANN and driver files ----------------------------------------------------------------------
