@@ -72,17 +72,30 @@ DISTRIBUTION = "transformers"
 
 
 def default_site_packages() -> Path:
-    """The site-packages directory that holds the installed transformers distribution."""
+    """The site-packages directory that holds the installed transformers distribution (see
+    :func:`_site_without_transformers` where there is none)."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
         dist = distribution(DISTRIBUTION)
     except PackageNotFoundError:
-        raise EnvironmentProblem(
-            "transformers is not installed in this Python environment.",
-            "install it (pip install transformers), or pass --target SITE_PACKAGES.",
-        ) from None
+        return _site_without_transformers()
     return Path(str(dist.locate_file(""))).resolve()
+
+
+def _site_without_transformers() -> Path:
+    """Where transformers is not installed (uninstalled after install, or never there, for a
+    hook-only install): the site directory on ``sys.path`` that holds ascend-env's state, else
+    this environment's own site-packages (where pip installs)."""
+    import sys
+    import sysconfig
+
+    from ascend_env.state import STATE_FILE
+
+    for entry in sys.path:
+        if entry and (state_dir(Path(entry)) / STATE_FILE).is_file():
+            return Path(entry).resolve()
+    return Path(sysconfig.get_paths()["purelib"]).resolve()
 
 
 def resolve_site_packages(target: Optional[str]) -> Path:
@@ -166,7 +179,7 @@ class FileStatus:
 
 @dataclass
 class Inspection:
-    distribution: Distribution
+    distribution: Optional[Distribution]  # None: transformers is not installed (a hook-only install)
     outcome: Union[Release, NothingToDo, UnknownRelease]
     files: List[FileStatus] = field(default_factory=list)
 
@@ -377,16 +390,21 @@ def plan_install(
     wanted, reason = _decide(site_packages, patches, search_sys_path)
     old = read_state(site_packages)
     directory = patches_dir() if directory is None else directory
-    inspection = inspect(site_packages, None, directory)
+    if patches == "never" and find_distribution(site_packages, DISTRIBUTION) is None:
+        # The hook alone needs no transformers: it serves whatever calls isin.
+        inspection = Inspection(None, NothingToDo("", "transformers is not installed"))
+    else:
+        inspection = inspect(site_packages, None, directory)
     dist = inspection.distribution
+    version = dist.version if dist is not None else None
     plan.report.update(
         site_packages=str(site_packages),
-        transformers=dist.version,
+        transformers=version,
         patches=patches,
         reason=reason,
     )
     old_entries: Dict[str, Entry] = {e.path: e for e in old.entries} if old else {}
-    if old is not None and old.version != dist.version:
+    if old is not None and old.version != (version or ""):
         # transformers was replaced: entries of the old release's files no longer apply.
         old_entries = {p: e for p, e in old_entries.items() if e.kind == "extra"}
     entries: Dict[str, Entry] = {}
@@ -457,7 +475,8 @@ def plan_install(
             entries[path] = entry
     plan.report["files"] = [f.to_dict() for f in inspection.files]
     if plan.changes:
-        plan.state = State(__version__, _now(), dist.name, dist.version, tuple(entries.values()))
+        name = dist.name if dist is not None else DISTRIBUTION
+        plan.state = State(__version__, _now(), name, version or "", tuple(entries.values()))
         plan.report["result"] = "applied"
     elif entries:
         plan.report["result"] = "already applied"
@@ -644,8 +663,11 @@ def status(
     report: dict = {"site_packages": str(site_packages)}
     journal = read_journal(site_packages)
     state = read_state(site_packages)
+    if find_distribution(site_packages, DISTRIBUTION) is None and journal is None:
+        return _status_without_transformers(report, site_packages, state)
     inspection = inspect(site_packages, None, directory)
     dist = inspection.distribution
+    assert dist is not None
     report["transformers"] = dist.version
     report["files"] = [f.to_dict() for f in inspection.files]
     if state is not None:
@@ -692,3 +714,32 @@ def status(
         run=f"pip install --force-reinstall --no-deps transformers=={dist.version}, then ascend-env install",
     )
     return report, 1
+
+
+def _status_without_transformers(
+    report: dict, site_packages: Path, state: Optional[State]
+) -> Tuple[dict, int]:
+    """status where transformers is not installed: a hook-only install, nothing at all, or files
+    kept for a transformers that was uninstalled after install (restore cleans them up)."""
+    report.update(transformers=None, files=[])
+    if state is not None:
+        report.update(applied_at=state.applied_at, tool_version=state.tool_version)
+        if any(entry.kind in ("patch", "record") for entry in state.entries):
+            report.update(
+                status="transformers removed",
+                detail=f"transformers {state.version} was uninstalled after install; ascend-env still "
+                "records its patched files and keeps their originals",
+                run="ascend-env restore (removes that record and the startup hook; install --hook-only "
+                "puts the hook back)",
+            )
+            return report, 1
+        lines = drift(site_packages)
+        if lines:
+            run = "ascend-env install --hook-only, or ascend-env restore"
+            report.update(status="drifted", drift=lines, run=run)
+            return report, 1
+        detail = "transformers is not installed; the startup hook serves any caller"
+        report.update(status="hook only", detail=detail)
+        return report, 0
+    report.update(status="nothing to do", detail="transformers is not installed here")
+    return report, 0

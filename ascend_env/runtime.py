@@ -67,16 +67,24 @@ def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
 
 def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:
     """Print one line to ``stream`` when installed patches no longer hold (once per process)."""
+    from ascend_env.records import find_distribution
     from ascend_env.state import drift
 
-    lines = [f"{site}: {line}" for site in installed_sites(paths) for line in drift(site)]
+    lines: List[str] = []
+    removed = False  # transformers uninstalled since install: install cannot help, restore can
+    for site in installed_sites(paths):
+        found = drift(site)
+        lines.extend(f"{site}: {line}" for line in found)
+        removed = removed or bool(found and find_distribution(site, "transformers") is None)
     RECORD.drift = lines
     if lines and not RECORD.warned:
         RECORD.warned = True
-        stream.write(
-            f"ascend-env: {len(lines)} patched file(s) changed since install ({lines[0]}); "
-            "generation may fall back to the CPU again. Run: python -m ascend_env install\n"
-        )
+        if removed:
+            advice = "transformers was uninstalled since; run: python -m ascend_env restore"
+        else:
+            advice = "generation may fall back to the CPU again. Run: python -m ascend_env install"
+        changed = f"{len(lines)} patched file(s) changed since install ({lines[0]})"
+        stream.write(f"ascend-env: {changed}; {advice}\n")
     return lines
 
 

@@ -31,7 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def describe(report: dict) -> str:
     """The plain-text form of an install or restore report."""
     lines = [
-        f"{report['result']}: transformers {report.get('transformers', '?')} in {report['site_packages']}"
+        f"{report['result']}: transformers {report.get('transformers') or '(not installed)'} in "
+        f"{report['site_packages']}"
     ]
     if report.get("reason"):
         lines.append(f"  {report['reason']}")

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json({"ok": code == 0, **report})
         return code
-    lines = [f"{report['status']}: transformers {report['transformers']} in {site_packages}"]
+    transformers = report["transformers"] or "(not installed)"
+    lines = [f"{report['status']}: transformers {transformers} in {site_packages}"]
     if report.get("detail"):
         lines.append(f"  {report['detail']}")
     for item in report.get("files", []):

@@ -294,3 +294,61 @@ def test_pip_reinstall_of_ascend_env_then_install_status_restore(site, patches, 
     assert not any((site / name).exists() for name in hook.files())
     own = find_distribution(site, "ascend-env")
     assert (site / own.record_path).read_bytes() == after_pip[own.record_path]
+
+
+def pip_uninstall_transformers(site: Path) -> None:
+    """What ``pip uninstall transformers`` does: remove every file its RECORD lists."""
+    import shutil
+
+    for path in list(site.iterdir()):
+        if path.name.startswith("transformers"):
+            shutil.rmtree(path)
+
+
+def test_after_pip_uninstall_transformers_status_and_restore_work(site, patches):
+    """transformers uninstalled after install: status says so and advises restore (exit 1), and
+    restore cleans up; then install --hook-only needs no transformers, and status says hook only."""
+    before = {p: d for p, d in snapshot(site).items() if not p.startswith("transformers")}
+    assert run_cli("install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+                   ).returncode == 0
+    pip_uninstall_transformers(site)
+    status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
+    report = json.loads(status.stdout)
+    assert status.returncode == 1 and report["status"] == "transformers removed"
+    assert report["run"].startswith("ascend-env restore")
+    restored = run_cli("restore", "--target", str(site))
+    assert restored.returncode == 0, restored.stderr
+    assert snapshot(site) == before
+    hook_only = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert hook_only.returncode == 0, hook_only.stderr
+    assert "(not installed)" in hook_only.stdout
+    assert all((site / name).is_file() for name in hook.files())
+    status = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
+    assert status.returncode == 0 and status.stdout.startswith("hook only: transformers (not installed)")
+    assert run_cli("restore", "--target", str(site)).returncode == 0
+    assert snapshot(site) == before
+
+
+def test_without_target_a_hook_only_install_finds_this_environment(tmp_path: Path):
+    """No transformers anywhere: install --hook-only goes to this Python's own site-packages, and
+    status and restore find it there through the state it leaves."""
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    python = env / "bin" / "python"
+    site = next(env.glob("lib/python*/site-packages"))
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (site / "_paths.pth").write_text("\n".join(paths) + "\n")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "-m", "ascend_env", *args], capture_output=True, text=True,
+                              timeout=120, cwd=str(tmp_path))
+
+    probe = "import importlib.metadata as m, sys; m.distribution('transformers'); sys.exit(3)"
+    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 3:
+        pytest.skip("transformers is installed on this environment's paths (the unit envs have none)")
+    assert cli("install", "--hook-only").returncode == 0
+    assert all((site / name).is_file() for name in hook.files())
+    status = cli("status")
+    assert status.returncode == 0 and f"in {site.resolve()}" in status.stdout, status.stdout + status.stderr
+    assert cli("restore").returncode == 0
+    assert not any((site / name).exists() for name in hook.files())

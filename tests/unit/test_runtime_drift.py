@@ -46,3 +46,14 @@ def test_one_line_once_when_a_patched_file_is_replaced(site, record):
 
 def test_sites_without_state_are_ignored(tmp_path: Path, site):
     assert runtime.installed_sites([str(tmp_path), "", str(site)]) == [site]
+
+
+def test_after_transformers_was_uninstalled_the_line_advises_restore(site, record):
+    import shutil
+
+    for path in list(site.iterdir()):
+        if path.name.startswith("transformers"):
+            shutil.rmtree(path)
+    stream = io.StringIO()
+    assert runtime.warn_on_drift(stream, [str(site)])
+    assert "transformers was uninstalled since; run: python -m ascend_env restore" in stream.getvalue()
