@@ -98,6 +98,24 @@ def _site_without_transformers() -> Path:
     return Path(sysconfig.get_paths()["purelib"]).resolve()
 
 
+def check_not_shared(site_packages: Path) -> None:
+    """Refuse to change, unasked, a site-packages that other environments share: one outside
+    this environment's prefix (a ``--system-site-packages`` venv seeing the system's transformers,
+    or a user site-packages that every environment of the user sees)."""
+    import sys
+
+    prefix = Path(sys.prefix).resolve()
+    if prefix == site_packages or prefix in site_packages.parents:
+        return
+    raise UsageError(
+        f"transformers is in {site_packages}, outside this environment ({prefix}): other "
+        "environments share that site-packages, and the patches and the startup hook would change "
+        "them all (the hook would also be in no RECORD, so pip uninstall ascend-env would leave it).",
+        f"install transformers into this environment (pip install transformers), or pass --target "
+        f"{site_packages} to change the shared one on purpose.",
+    )
+
+
 def resolve_site_packages(target: Optional[str]) -> Path:
     """``--target`` as an existing directory, or :func:`default_site_packages`."""
     if target is None:

@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             f"--hook-only and --patches {args.patches} contradict each other.", "pass one of them."
         )
     site_packages = engine.resolve_site_packages(args.target)
+    if args.target is None:
+        engine.check_not_shared(site_packages)
     report = engine.install(
         site_packages,
         patches="never" if args.hook_only else args.patches,

@@ -352,3 +352,32 @@ def test_without_target_a_hook_only_install_finds_this_environment(tmp_path: Pat
     assert status.returncode == 0 and f"in {site.resolve()}" in status.stdout, status.stdout + status.stderr
     assert cli("restore").returncode == 0
     assert not any((site / name).exists() for name in hook.files())
+
+
+def test_a_shared_site_packages_is_changed_only_when_named(tmp_path: Path, patches):
+    """A venv that sees another environment's transformers (--system-site-packages, or a user
+    site): install without --target refuses, names the shared directory and leaves it alone;
+    with --target naming it, it installs there."""
+    shared = make_site(tmp_path / "system")
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    python = env / "bin" / "python"
+    own_site = next(env.glob("lib/python*/site-packages"))
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (own_site / "_paths.pth").write_text("\n".join([str(shared), *paths]) + "\n")
+    before = snapshot(shared)
+
+    def install(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "-m", "ascend_env", "install", "--patches", "always",
+                               "--patches-dir", str(patches), *args], capture_output=True, text=True,
+                              timeout=120, cwd=str(tmp_path))
+
+    probe = "import importlib.metadata as m; print(m.distribution('transformers').locate_file(''))"
+    located = subprocess.run([str(python), "-c", probe], capture_output=True, text=True).stdout.strip()
+    if Path(located).resolve() != shared.resolve():
+        pytest.skip(f"another transformers comes first on this environment's paths ({located})")
+    refused = install()
+    assert refused.returncode == 2 and f"transformers is in {shared.resolve()}, outside" in refused.stderr
+    assert f"--target {shared.resolve()}" in refused.stderr and snapshot(shared) == before
+    assert install("--target", str(shared)).returncode == 0
+    assert snapshot(shared) != before
