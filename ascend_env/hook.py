@@ -41,6 +41,32 @@ def files() -> Dict[str, bytes]:
     return {MODULE_FILE: source, PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
 
 
+def bytecode() -> Dict[str, bytes]:
+    """The hook module's bytecode for this interpreter, as ``__pycache__/ascend_env_hook.<tag>.pyc``
+    (empty where the interpreter has no cache tag).
+
+    Every Python process imports the module; where it cannot write bytecode
+    (``PYTHONDONTWRITEBYTECODE=1``, as most images set; a read-only site-packages; another user's
+    environment) it would compile the module at every start, about 13 million instructions. So
+    install writes it. It is a checked-hash ``.pyc`` (PEP 552): never used for a source that was
+    edited since.
+    """
+    import importlib.util
+    import marshal
+
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return {}
+    source = files()[MODULE_FILE]
+    code = compile(source, MODULE_FILE, "exec", dont_inherit=True)
+    flags = (0b11).to_bytes(4, "little")  # hash-based, checked against the source
+    # marshal format 2 has no back-references, whose use depends on the objects' reference counts
+    # in the writing process: the same source then gives the same bytes in any process.
+    body = marshal.dumps(code, 2)
+    data = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + body
+    return {f"__pycache__/{NAME}.{tag}.pyc": data}
+
+
 def installed(site_packages: Path) -> List[str]:
     """The hook's files present in ``site_packages``."""
     return sorted(name for name in files() if (site_packages / name).is_file())

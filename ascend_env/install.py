@@ -165,7 +165,7 @@ def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:
     """
     from ascend_env import hook
 
-    hook_files = hook.files()
+    hook_files = {**hook.files(), **hook.bytecode()}
     own = find_distribution(site_packages, "ascend-env")
     if own is None:
         return hook_files
@@ -477,7 +477,8 @@ def plan_install(
             )
     for name, data in sorted((extra_files or {}).items()):
         path = site_packages / name
-        if not _inside(site_packages, name) or not path.parent.is_dir():
+        cache = path.parent.name == "__pycache__" and path.parent.parent == site_packages
+        if not _inside(site_packages, name) or not (path.parent.is_dir() or cache):
             raise UsageError(
                 f"extra file {name!r} is not a plain file name inside {site_packages} "
                 "(a symbolic link, or a path that leaves it).",

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
@@ -221,9 +221,9 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
     return data
 
 
-def _apply_change(site_packages: Path, change: Change, index: int) -> None:
+def _apply_change(site_packages: Path, change: Change, index: int, written: FrozenSet[Path]) -> None:
     path = site_packages / change.path
-    drop_bytecode(path)
+    drop_bytecode(path, keep=written)
     current = file_sha256(path)
     if current == change.after:
         return
@@ -240,6 +240,9 @@ def _apply_change(site_packages: Path, change: Change, index: int) -> None:
             path.unlink()
             _fsync_dir(path.parent)
         else:
+            if path.parent.name == "__pycache__" and not path.parent.is_dir():  # the hook's .pyc
+                path.parent.mkdir(exist_ok=True)
+                match_owner(path.parent, path.parent.parent)
             write_atomic(
                 path,
                 read_blob(site_packages, change.after),
@@ -251,16 +254,17 @@ def _apply_change(site_packages: Path, change: Change, index: int) -> None:
     crash_point(f"change-{index}")
 
 
-def drop_bytecode(path: Path) -> None:
+def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
     """Remove the cached bytecode of ``path`` (a ``.py`` file), for every interpreter and
     optimisation level, before its source changes: a ``.pyc`` compiled with
     ``--invalidation-mode unchecked-hash`` (common in images) is never checked against its
-    source, so the old code would go on running. Python writes a fresh one at the next import."""
+    source, so the old code would go on running. Python writes a fresh one at the next import.
+    ``keep`` names bytecode that the same run writes."""
     if path.suffix != ".py":
         return
     cache = path.parent / "__pycache__"
     try:
-        stale = list(cache.glob(f"{glob.escape(path.stem)}.*.pyc"))
+        stale = [pyc for pyc in cache.glob(f"{glob.escape(path.stem)}.*.pyc") if pyc not in keep]
         for pyc in stale:
             pyc.unlink()
     except FileNotFoundError:  # no __pycache__, or another process removed it
@@ -273,8 +277,14 @@ def drop_bytecode(path: Path) -> None:
 
 def _finish(site_packages: Path, journal: Journal) -> None:
     directory = state_dir(site_packages)
+    # Bytecode that the journal itself writes (the hook's .pyc) is not stale bytecode to drop.
+    written = frozenset(
+        site_packages / change.path
+        for change in journal.changes
+        if change.after and change.path.endswith(".pyc")
+    )
     for index, change in enumerate(journal.changes):
-        _apply_change(site_packages, change, index)
+        _apply_change(site_packages, change, index, written)
     if journal.state is not None:
         write_atomic(directory / STATE_FILE, journal.state.to_json(), directory / TMP)
         crash_point("state")

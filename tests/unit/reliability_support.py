@@ -128,7 +128,7 @@ class Tree:
         self.record_path = f"{dist_info}/RECORD"
         release = load_manifest(self.patches).releases[self.version]
         self.targets = {path: (change.before, change.after) for path, change in release.changes.items()}
-        self.hook_files = hook.files()
+        self.hook_files = {**hook.files(), **hook.bytecode()}
         self.pristine_record = (self.pristine / self.record_path).read_bytes()
         self.rows = {row.path: row for row in parse_record(self.pristine_record.decode("utf-8"))}
         self.files = walk(self.pristine)

@@ -45,7 +45,7 @@ def test_hook_only_installs_no_patch(site, patches):
     assert result.returncode == 0, result.stderr
     after = snapshot(site, include_state=False)
     changed = {path for path in after if before.get(path) != after[path]}
-    assert changed == {*hook.files(), "ascend_env-0.1.0.dist-info/RECORD"}
+    assert changed == {*hook.files(), *hook.bytecode(), "ascend_env-0.1.0.dist-info/RECORD"}
 
 
 def test_restore_removes_the_hook_and_its_record_rows(site, patches):
@@ -381,3 +381,22 @@ def test_a_shared_site_packages_is_changed_only_when_named(tmp_path: Path, patch
     assert f"--target {shared.resolve()}" in refused.stderr and snapshot(shared) == before
     assert install("--target", str(shared)).returncode == 0
     assert snapshot(shared) != before
+
+
+def test_install_writes_bytecode_that_start_up_uses_without_writing_any(site, patches):
+    """Where no bytecode can be written (PYTHONDONTWRITEBYTECODE=1, as images set), every Python
+    start would compile the hook module: install writes its checked-hash .pyc (the same bytes in
+    any process), the import uses it, and restore removes it."""
+    install = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
+    assert run_cli(*install).returncode == 0
+    (name, data), = hook.bytecode().items()
+    assert (site / name).read_bytes() == data
+    code = f"import sys; sys.path.insert(0, {str(site)!r}); import ascend_env_hook"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run([sys.executable, "-v", "-c", code], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 0 and f"{site / name} matches {site / hook.MODULE_FILE}" in result.stderr
+    again = run_cli(*install)
+    assert again.returncode == 0 and "already applied" in again.stdout
+    assert run_cli("restore", "--target", str(site)).returncode == 0
+    assert not (site / name).exists()
