@@ -42,6 +42,8 @@ import ascend_env
 from ascend_env import hook
 
 SETUPTOOLS_PTH = "distutils-precedence.pth"
+# A marker file: make_env removes the hook's .pyc from an environment that holds it.
+NO_PYC = "no-hook-pyc.txt"
 SETUPTOOLS_SET = "with setuptools' .pth"
 
 
@@ -54,8 +56,12 @@ def make_env(root: Path, files: Dict[str, bytes], trees: Dict[str, Path]) -> Pat
     for name, source in trees.items():
         shutil.copytree(source, site / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name, data in files.items():
+        (site / name).parent.mkdir(exist_ok=True)
         (site / name).write_bytes(data)
-    compileall.compile_dir(site, quiet=1)
+    compileall.compile_dir(site, quiet=1)  # as pip does at install
+    if NO_PYC in files:  # the hook as install wrote it before it wrote the .pyc
+        for pyc in (site / "__pycache__").glob(f"{hook.NAME}.*.pyc"):
+            pyc.unlink()
     return root / "bin" / "python"
 
 
@@ -71,9 +77,12 @@ def setuptools_files() -> Optional[Tuple[Dict[str, bytes], Dict[str, Path]]]:
     return {SETUPTOOLS_PTH: pth.read_bytes()}, {"_distutils_hack": package}
 
 
-def start_once(python: Path) -> Tuple[float, float]:
-    """Wall and CPU seconds of one ``python -c pass``, with a bare environment."""
+def start_once(python: Path, no_bytecode: bool = False) -> Tuple[float, float]:
+    """Wall and CPU seconds of one ``python -c pass``, with a bare environment (plus
+    ``PYTHONDONTWRITEBYTECODE=1`` with ``no_bytecode``)."""
     environ = {"PATH": os.environ.get("PATH", "")}
+    if no_bytecode:
+        environ["PYTHONDONTWRITEBYTECODE"] = "1"
     start = time.perf_counter()
     pid = os.posix_spawn(str(python), [str(python), "-c", "pass"], environ)
     _, status, usage = os.wait4(pid, 0)
@@ -87,8 +96,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400, help="starts of each environment")
     parser.add_argument("--floor", action="store_true", help="also time a .pth that imports an empty module")
+    parser.add_argument(
+        "--no-bytecode", action="store_true",
+        help="start with PYTHONDONTWRITEBYTECODE=1, as images do, and also time the hook without its .pyc",
+    )
     args = parser.parse_args(argv)
-    kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": hook.files()}
+    kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": {**hook.files(), **hook.bytecode()}}
+    if args.no_bytecode:
+        kinds["hooked, no .pyc"] = {**hook.files(), NO_PYC: b""}
     if args.floor:
         kinds["empty module"] = {"floor_hook.pth": b"import floor_hook\n", "floor_hook.py": b""}
     sets: Dict[str, Tuple[Dict[str, bytes], Dict[str, Path]]] = {"bare venv": ({}, {})}
@@ -103,10 +118,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             extra_files, trees = sets[set_name]
             pythons[set_name, kind] = make_env(Path(tmp, str(i)), {**extra_files, **kinds[kind]}, trees)
         for python in pythons.values():  # warm the page cache
-            start_once(python)
+            start_once(python, args.no_bytecode)
         for round_ in range(args.runs):
             for env in envs[round_ % len(envs) :] + envs[: round_ % len(envs)]:
-                samples[env].append(start_once(pythons[env]))
+                samples[env].append(start_once(pythons[env], args.no_bytecode))
     print(f"python {sys.version.split()[0]}, {args.runs} starts each, rotating order")
     if setuptools is None:
         print(f"(no setuptools importable here: the set {SETUPTOOLS_SET!r} is skipped)")
