@@ -87,15 +87,12 @@ def _site_without_transformers() -> Path:
     """Where transformers is not installed (uninstalled after install, or never there, for a
     hook-only install): the site directory on ``sys.path`` that holds ascend-env's state, else
     this environment's own site-packages (where pip installs)."""
-    import sys
     import sysconfig
 
-    from ascend_env.state import STATE_FILE
+    from ascend_env.runtime import installed_sites
 
-    for entry in sys.path:
-        if entry and (state_dir(Path(entry)) / STATE_FILE).is_file():
-            return Path(entry).resolve()
-    return Path(sysconfig.get_paths()["purelib"]).resolve()
+    sites = installed_sites()
+    return (sites[0] if sites else Path(sysconfig.get_paths()["purelib"])).resolve()
 
 
 def check_not_shared(site_packages: Path) -> None:

@@ -14,18 +14,17 @@ that write point; the labels are listed in :data:`CRASH_POINTS`.
 from __future__ import annotations
 
 import errno
-import glob
 import json
 import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Sequence
 
 from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.owners import match_owner, owner_for
+from ascend_env.owners import give_fd, make_dir, owner_for
 from ascend_env.records import sha256_hex
 from ascend_env.state import (
     JOURNAL_FILE,
@@ -33,6 +32,7 @@ from ascend_env.state import (
     STATE_FILE,
     TMP,
     State,
+    cached_bytecode,
     file_sha256,
     read_state,
     state_dir,
@@ -121,17 +121,14 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
         os.umask(umask)
         mode = 0o666 & ~umask
     owner = owner_for(path)
-    if not tmp_dir.is_dir():
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        match_owner(tmp_dir, tmp_dir.parent)
+    make_dir(tmp_dir)
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".write-")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            if owner is not None:  # root writing another user's environment: keep it theirs
-                _try_fchown(handle.fileno(), owner)
+            give_fd(handle.fileno(), owner)  # root writing another user's environment: keep it theirs
             os.fsync(handle.fileno())
         if label:
             crash_point(label + "-temp")
@@ -151,13 +148,6 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
         except FileNotFoundError:
             pass
         raise
-
-
-def _try_fchown(fd: int, owner: Tuple[int, int]) -> None:
-    try:
-        os.fchown(fd, *owner)
-    except OSError:  # a file system that refuses (root squashed): the file stays root's
-        pass
 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
@@ -198,9 +188,7 @@ def store_blob(site_packages: Path, data: bytes) -> str:
     directory = state_dir(site_packages) / ORIGINALS
     path = directory / digest
     if file_sha256(path) != digest:
-        if not directory.is_dir():
-            directory.mkdir(exist_ok=True)
-            match_owner(directory, directory.parent)
+        make_dir(directory)
         write_atomic(path, data, state_dir(site_packages) / TMP)
     return digest
 
@@ -240,9 +228,8 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
             path.unlink()
             _fsync_dir(path.parent)
         else:
-            if path.parent.name == "__pycache__" and not path.parent.is_dir():  # the hook's .pyc
-                path.parent.mkdir(exist_ok=True)
-                match_owner(path.parent, path.parent.parent)
+            if path.parent.name == "__pycache__":  # the hook's .pyc: site-packages may have none
+                make_dir(path.parent)
             write_atomic(
                 path,
                 read_blob(site_packages, change.after),
@@ -264,7 +251,7 @@ def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
         return
     cache = path.parent / "__pycache__"
     try:
-        stale = [pyc for pyc in cache.glob(f"{glob.escape(path.stem)}.*.pyc") if pyc not in keep]
+        stale = [pyc for pyc in cached_bytecode(path) if pyc not in keep]
         for pyc in stale:
             pyc.unlink()
     except FileNotFoundError:  # no __pycache__, or another process removed it

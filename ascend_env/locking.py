@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.owners import match_owner
+from ascend_env.owners import make_dir, match_owner
 
 __all__ = ["locked"]
 
@@ -63,9 +63,7 @@ def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if not directory.is_dir():
-                directory.mkdir(exist_ok=True)
-                match_owner(directory, directory.parent)
+            make_dir(directory)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             match_owner(path, directory)
         except FileNotFoundError:

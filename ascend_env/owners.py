@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Optional, Tuple
 
-__all__ = ["match_owner", "owner_for"]
+__all__ = ["give_fd", "make_dir", "match_owner", "owner_for"]
 
 
 def owner_for(path: Path) -> Optional[Tuple[int, int]]:
@@ -41,3 +41,21 @@ def match_owner(path: Path, reference: Path) -> None:
             os.chown(path, *owner, follow_symlinks=False)
     except OSError:
         pass
+
+
+def give_fd(fd: int, owner: Optional[Tuple[int, int]]) -> None:
+    """Give the open file ``fd`` to ``owner`` (from :func:`owner_for`; None: leave it); where the
+    file system refuses, it stays as it is."""
+    if owner is None:
+        return
+    try:
+        os.fchown(fd, *owner)
+    except OSError:
+        pass
+
+
+def make_dir(directory: Path) -> None:
+    """Create ``directory`` (its parent exists) unless it is there, owned like its parent."""
+    if not directory.is_dir():
+        directory.mkdir(exist_ok=True)
+        match_owner(directory, directory.parent)

@@ -171,6 +171,12 @@ def drift(site_packages: Path) -> List[str]:
     return lines
 
 
+def cached_bytecode(path: Path) -> List[Path]:
+    """The ``.pyc`` files in ``__pycache__`` for the module ``path`` (every interpreter and
+    optimisation level)."""
+    return list((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
+
+
 def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
     """The cached ``.pyc`` files of ``path`` (a ``.py`` file) that were compiled with
     ``--invalidation-mode unchecked-hash`` from other text than ``source``: Python runs them
@@ -181,7 +187,7 @@ def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
 
     stale = []
     try:
-        candidates = sorted((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
+        candidates = sorted(cached_bytecode(path))
     except OSError:
         return []
     expected = None
