@@ -1,0 +1,82 @@
+"""The simulated device's SoC and compile settings: which path op-plugin would run an op on.
+
+A process on the simulated NPU has one SoC, from ``$ASCEND_ENV_SIM_SOC`` (a full name or an
+alias, see ``ascend_env.socs``), else :data:`DEFAULT_SOC`, and the two settings a script can make
+at run time through the simulated ``torch_npu`` API: ``set_compile_mode(jit_compile=...)`` and
+``torch.npu.config.allow_internal_format``. Unset, JIT compile is the SoC's default
+(``socs.jit_compile_default``), and ``allow_internal_format`` is True, as torch_npu's device start
+leaves it before Ascend910_9391 (``torch_npu/npu/config`` / ``SetAllowInternalFormat``).
+
+op-plugin's generated wrappers (``op_plugin/OpInterface.cpp``, per release branch) call
+``op_api::`` when ``at_npu::native::env::CheckJitDisable()`` holds and every input is in a base
+format, and ``acl_op::`` otherwise; an op with no ``op_api`` implementation always takes
+``acl_op``. The simulator's tensors are all in base formats.
+
+This module's state (:data:`_SETTINGS`) is the process's, as the real settings are. Importing it
+imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional
+
+from ascend_env import socs
+
+__all__ = [
+    "DEFAULT_SOC", "SOC_ENV", "acl_op", "allow_internal_format", "jit_compile", "jit_compile_set",
+    "reset", "set_allow_internal_format", "set_jit_compile", "soc", "soc_assumed",
+]
+
+SOC_ENV = "ASCEND_ENV_SIM_SOC"
+DEFAULT_SOC = "Ascend910B1"
+
+# What the process set at run time; a missing key means "as the device starts".
+_SETTINGS: Dict[str, bool] = {}
+
+
+def soc() -> str:
+    """The simulated SoC (torch_npu's name). A bad ``$ASCEND_ENV_SIM_SOC`` raises UsageError."""
+    chosen = os.environ.get(SOC_ENV)
+    return socs.canonical(chosen) if chosen else DEFAULT_SOC
+
+
+def soc_assumed() -> bool:
+    """True when no SoC was chosen and :data:`DEFAULT_SOC` stands in for one."""
+    return not os.environ.get(SOC_ENV)
+
+
+def jit_compile() -> bool:
+    """Whether JIT compile is on now: what the script set, else the SoC's default."""
+    explicit = _SETTINGS.get("jit_compile")
+    return socs.jit_compile_default(soc()) if explicit is None else explicit
+
+
+def jit_compile_set() -> Optional[bool]:
+    """What ``set_compile_mode`` last set in this process, or None if it was never called."""
+    return _SETTINGS.get("jit_compile")
+
+
+def set_jit_compile(value: bool) -> None:
+    """``torch_npu.npu.set_compile_mode(jit_compile=value)``."""
+    _SETTINGS["jit_compile"] = bool(value)
+
+
+def allow_internal_format() -> bool:
+    """``torch.npu.config.allow_internal_format`` now."""
+    return _SETTINGS.get("allow_internal_format", True)
+
+
+def set_allow_internal_format(value: bool) -> None:
+    """``torch.npu.config.allow_internal_format = value``."""
+    _SETTINGS["allow_internal_format"] = bool(value)
+
+
+def acl_op(has_op_api: bool) -> bool:
+    """Whether an op would run on ``acl_op`` now: JIT compile on, or no ``op_api`` for it."""
+    return jit_compile() or not has_op_api
+
+
+def reset() -> None:
+    """Forget what the process set (tests)."""
+    _SETTINGS.clear()
