@@ -17,6 +17,9 @@ import sys
 
 DISABLE_VARIABLE = "ASCEND_ENV_DISABLE"
 WATCHED = "torch_npu"
+#: Whether to apply the compile-mode guard (``ascend_env.compile_guard``) once torch_npu comes up;
+#: ``install --no-compile-guard`` writes this module with False here.
+COMPILE_GUARD = True
 
 #: What the hook did in this process (read by ``ascend_env.runtime.status()``): ``started``
 #: (:func:`main` ran), ``disabled`` (with the kill switch set), ``finder`` (what it put on

@@ -11,10 +11,10 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 from ascend_env import cann as cann_mod
-from ascend_env import compat, distributions
+from ascend_env import compat, compile_guard, distributions, socs
 from ascend_env import driver as driver_mod
 from ascend_env.exceptions import AscendEnvError
 from ascend_env.fixes import FIXES
@@ -81,6 +81,51 @@ class Isin:
 
 
 @dataclass
+class CompileMode:
+    """The compile mode torch_npu would start in here, and whether generation compiles online."""
+
+    soc: Optional[str]
+    soc_source: str
+    kernels: compile_guard.Kernels
+    jit_compile_default: Optional[bool] = None
+
+    @property
+    def compiles_online(self) -> Optional[bool]:
+        """Whether, left alone, torch_npu compiles ops online at every new shape (None: unknown)."""
+        return self.jit_compile_default
+
+    def to_dict(self) -> dict:
+        return {
+            "soc": self.soc,
+            "soc_source": self.soc_source,
+            "kernels": {"installed": self.kernels.installed, "path": self.kernels.path,
+                        "socs": list(self.kernels.socs), "reason": self.kernels.reason or None},
+            "jit_compile_default": self.jit_compile_default,
+            "compiles_online": self.compiles_online,
+        }
+
+    def note(self) -> Optional[str]:
+        """What to do when generation would compile online; None when it would not or is unknown."""
+        if not self.compiles_online or self.soc is None:
+            return None
+        said = (f"generation will compile ops online on this machine: torch_npu starts {self.soc} with "
+                "JIT compile on, so every new input shape (each decoding step) is compiled before it runs")
+        if self.kernels.installed:
+            return said + ("; the binary kernels are installed, so run: python -m ascend_env install "
+                           "(its startup hook turns JIT compile off in every process)")
+        return said + (f"; install the binary kernels (Ascend-cann-kernels-{socs.family(self.soc).lower()}), "
+                       "then run: python -m ascend_env install (its startup hook turns JIT compile off)")
+
+
+def read_compile_mode(environ: Mapping[str, str], toolkit: cann_mod.Toolkit,
+                      npu_smi: Optional[Callable[[], str]] = None) -> CompileMode:
+    """The SoC (``$ASCEND_ENV_SOC`` or ``npu-smi info``), the binary kernels and the JIT default."""
+    soc, source = compile_guard.machine_soc(environ, npu_smi)
+    kernels = compile_guard.find_kernels(toolkit.root)
+    return CompileMode(soc, source, kernels, None if soc is None else socs.jit_compile_default(soc))
+
+
+@dataclass
 class Report:
     """Everything ``detect`` found."""
 
@@ -97,6 +142,7 @@ class Report:
     driver: driver_mod.Driver
     isin: Isin
     compat: compat.Verdict
+    compile_mode: Optional[CompileMode] = None
     notes: List[str] = field(default_factory=list)
 
     @property
@@ -135,6 +181,7 @@ class Report:
             "driver": self.driver.to_dict(),
             "isin": self.isin.to_dict(),
             "compat": self.compat.to_dict(),
+            "compile_mode": None if self.compile_mode is None else self.compile_mode.to_dict(),
             "problems": self.problems,
             "notes": list(self.notes),
         }
@@ -212,13 +259,15 @@ def detect(
     machine: Optional[str] = None,
     python_version: Optional[Sequence[int]] = None,
     table: Optional[compat.Table] = None,
+    npu_smi: Optional[Callable[[], str]] = None,
 ) -> Report:
     """Build the report.
 
     ``paths`` are the directories to search for distributions (default: ``sys.path``);
     ``environ`` the environment (default: ``os.environ``); ``prefixes`` the Ascend install
     prefixes (default: ``/usr/local/Ascend`` then ``$HOME/Ascend``); ``machine`` and
-    ``python_version`` default to the running interpreter's.
+    ``python_version`` default to the running interpreter's; ``npu_smi`` returns ``npu-smi
+    info``'s output (default: run it, at most 5 s).
     """
     environ = os.environ if environ is None else environ
     machine = machine or platform.machine()
@@ -230,6 +279,9 @@ def detect(
     toolkit = cann_mod.find_toolkit(environ, prefixes, machine)
     driver = driver_mod.find_driver(install_info, driver_prefix)
     isin = read_isin(torch_npu)
+    compile_mode = read_compile_mode(environ, toolkit, npu_smi)
+    if compile_mode.note():
+        notes.append(str(compile_mode.note()))
     try:
         table = compat.load() if table is None else table
         verdict = compat.verdict(
@@ -268,5 +320,6 @@ def detect(
         driver=driver,
         isin=isin,
         compat=verdict,
+        compile_mode=compile_mode,
         notes=notes + list(verdict.notes),
     )

@@ -35,13 +35,30 @@ def running() -> Optional[ModuleType]:
     return sys.modules.get(NAME)
 
 
-def files() -> Dict[str, bytes]:
-    """The hook's files, by name relative to site-packages."""
+GUARD_ON = b"\nCOMPILE_GUARD = True\n"
+GUARD_OFF = b"\nCOMPILE_GUARD = False\n"
+
+
+def files(compile_guard: bool = True) -> Dict[str, bytes]:
+    """The hook's files, by name relative to site-packages; ``compile_guard=False`` writes a
+    module that leaves torch_npu's compile mode alone (``install --no-compile-guard``)."""
     source = Path(__file__).with_name("_boot.py").read_bytes()
+    if not compile_guard:
+        source = source.replace(GUARD_ON, GUARD_OFF, 1)
     return {MODULE_FILE: source, PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
 
 
-def bytecode() -> Dict[str, bytes]:
+def compile_guard_setting(site_packages: Path) -> Optional[bool]:
+    """What the installed hook module says of the compile-mode guard (None: no such module, or
+    one that says neither)."""
+    try:
+        source = (site_packages / MODULE_FILE).read_bytes()
+    except OSError:
+        return None
+    return True if GUARD_ON in source else False if GUARD_OFF in source else None
+
+
+def bytecode(compile_guard: bool = True) -> Dict[str, bytes]:
     """The hook module's bytecode for this interpreter, as ``__pycache__/ascend_env_hook.<tag>.pyc``
     (empty where the interpreter has no cache tag).
 
@@ -57,7 +74,7 @@ def bytecode() -> Dict[str, bytes]:
     tag = sys.implementation.cache_tag
     if tag is None:
         return {}
-    source = files()[MODULE_FILE]
+    source = files(compile_guard)[MODULE_FILE]
     code = compile(source, MODULE_FILE, "exec", dont_inherit=True)
     flags = (0b11).to_bytes(4, "little")  # hash-based, checked against the source
     # marshal format 2 has no back-references, whose use depends on the objects' reference counts
@@ -73,9 +90,13 @@ def installed(site_packages: Path) -> List[str]:
 
 
 def is_current(site_packages: Path) -> bool:
-    """Whether every hook file is present with the content this release writes."""
+    """Whether every hook file is present with the content this release writes (with the
+    compile-mode guard setting the installed module has)."""
+    setting = compile_guard_setting(site_packages)
+    if setting is None:
+        return False
     try:
-        return all((site_packages / name).read_bytes() == data for name, data in files().items())
+        return all((site_packages / name).read_bytes() == data for name, data in files(setting).items())
     except OSError:
         return False
 
@@ -99,7 +120,8 @@ if report["ran"] and not report["disabled"]:
             report["backend_error"] = f"{type(exc).__name__}: {exc}"
     from ascend_env import runtime
     status = runtime.status()
-    report.update(registered=status["registered"], native=status["native"], errors=status["errors"])
+    report.update(registered=status["registered"], native=status["native"], errors=status["errors"],
+                  compile_guard=status["compile_guard"])
 print(json.dumps(report))
 """
 

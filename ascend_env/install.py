@@ -153,7 +153,7 @@ def isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optio
     return isin.falls_back
 
 
-def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:
+def startup_hook_files(site_packages: Path, compile_guard: bool = True) -> Dict[str, bytes]:
     """The startup hook's files (name relative to site-packages -> bytes) that join each install.
 
     Their writes share the install's journal and state, and ``restore`` removes them. Where
@@ -162,7 +162,7 @@ def startup_hook_files(site_packages: Path) -> Dict[str, bytes]:
     """
     from ascend_env import hook
 
-    hook_files = {**hook.files(), **hook.bytecode()}
+    hook_files = {**hook.files(compile_guard), **hook.bytecode(compile_guard)}
     own = find_distribution(site_packages, "ascend-env")
     if own is None:
         return hook_files

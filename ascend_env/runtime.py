@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO
 
 from ascend_env import hook
+
+if TYPE_CHECKING:
+    from ascend_env import compile_guard
 
 DISPATCH_KEY = "PrivateUse1"
 
@@ -32,6 +35,7 @@ class _Record:
         self.errors: List[str] = []
         self.drift: List[str] = []
         self.warned = False
+        self.compile_guard: Optional[Dict[str, Any]] = None  # what the guard did, once per process
 
 
 RECORD = _Record()
@@ -123,7 +127,61 @@ def activate(source: str) -> List[str]:
         warn_on_drift(sys.stderr)
     except Exception as exc:
         RECORD.errors.append(f"drift check: {type(exc).__name__}: {exc}")
+    if RECORD.compile_guard is None:
+        try:
+            RECORD.compile_guard = guard_compile_mode(source).to_dict()
+        except Exception as exc:  # the guard never breaks the import of torch_npu
+            RECORD.compile_guard = {"apply": False, "applied": False, "reason": "failed",
+                                    "error": f"{type(exc).__name__}: {exc}"}
     return registered
+
+
+class _SimConfig:
+    """``torch.npu.config`` of the simulated NPU, for the guard."""
+
+    @property
+    def allow_internal_format(self) -> bool:
+        from ascend_env.sim import compile_mode
+
+        return compile_mode.allow_internal_format()
+
+    @allow_internal_format.setter
+    def allow_internal_format(self, value: bool) -> None:
+        from ascend_env.sim import compile_mode
+
+        compile_mode.set_allow_internal_format(value)
+
+
+def _sim_set_compile_mode(jit_compile: bool = True) -> None:
+    from ascend_env.sim import compile_mode
+
+    compile_mode.set_jit_compile(jit_compile)
+
+
+def guard_compile_mode(source: str) -> compile_guard.Decision:
+    """Apply the compile-mode guard in this process, as the installed hook module says.
+
+    On the simulated NPU (enabled in this process, whatever imported it) the SoC is the simulated
+    one and the settings are the simulator's; else torch_npu's own API is called.
+    """
+    from ascend_env import compile_guard
+
+    boot = hook.running()
+    enabled = bool(getattr(boot, "COMPILE_GUARD", True))
+    sim = sys.modules.get("ascend_env.sim")
+    if sim is not None and sim.enabled_table() is not None:
+        from ascend_env.sim import compile_mode
+
+        soc = (compile_mode.soc(), "simulator (assumed)" if compile_mode.soc_assumed() else "simulator")
+        decision = compile_guard.from_environment(enabled=enabled, soc=soc)
+        return compile_guard.apply(decision, _sim_set_compile_mode, _SimConfig())
+    decision = compile_guard.from_environment(enabled=enabled)
+    if not decision.apply:
+        return decision
+    import torch
+    import torch_npu
+
+    return compile_guard.apply(decision, torch_npu.npu.set_compile_mode, torch.npu.config)
 
 
 def status() -> Dict[str, Any]:
@@ -143,4 +201,5 @@ def status() -> Dict[str, Any]:
         "native": list(RECORD.native),
         "drift": list(RECORD.drift),
         "errors": (list(state.errors) if state is not None else []) + list(RECORD.errors),
+        "compile_guard": RECORD.compile_guard,
     }

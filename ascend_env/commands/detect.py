@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ascend_env.detect import Package, Report, detect
+from ascend_env.detect import CompileMode, Package, Report, detect
 from ascend_env.exceptions import UsageError
 from ascend_env.output import bold, write_json, write_text
 
@@ -54,6 +54,22 @@ def _yes_no(value: Optional[bool]) -> str:
     return {True: "yes", False: "no", None: "unknown"}[value]
 
 
+def _compile_mode_lines(mode: CompileMode) -> List[str]:
+    soc = f"{mode.soc} (from {mode.soc_source})" if mode.soc else f"unknown ({mode.soc_source})"
+    kernels = mode.kernels
+    if kernels.installed:
+        found = f"installed ({kernels.path}" + (f"; {', '.join(kernels.socs)}" if kernels.socs else "") + ")"
+    else:
+        found = ("not installed" if kernels.installed is False else "unknown") + f" ({kernels.reason})"
+    if mode.jit_compile_default is None:
+        jit = "unknown (the SoC is unknown)"
+    elif mode.jit_compile_default:
+        jit = "JIT compile on: acl_op compiles every new input shape online"
+    else:
+        jit = "JIT compile off: prebuilt op_api kernels"
+    return [f"  SoC: {soc}", f"  binary kernels: {found}", f"  torch_npu's default: {jit}"]
+
+
 def render(report: Report, heading=lambda text: text) -> str:
     """The human report, in the style of PyTorch's ``collect_env``."""
     lines = [
@@ -84,6 +100,8 @@ def render(report: Report, heading=lambda text: text) -> str:
         lines.append("  missing: " + (", ".join(isin.missing) or "none"))
     lines.append(f"  falls back to the CPU: {_yes_no(isin.falls_back)} - {isin.reason}")
     lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)}")
+    if report.compile_mode is not None:
+        lines += ["", heading("Compile mode")] + _compile_mode_lines(report.compile_mode)
     verdict = report.compat
     lines += ["", heading(f"Compatibility: {verdict.status}")]
     if verdict.row is not None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from ascend_env import compile_guard
 from ascend_env import install as engine
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
@@ -24,6 +26,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="install only the startup hook that registers the NPU isin (same as --patches never)",
     )
+    parser.add_argument(
+        "--no-compile-guard",
+        dest="compile_guard",
+        action="store_false",
+        help="leave torch_npu's compile mode alone (default: the hook turns JIT compile off where the "
+        "SoC would compile online and binary kernels are installed; also $ASCEND_ENV_COMPILE_GUARD=0)",
+    )
     add_target(parser)
     add_patches_dir(parser)
 
@@ -40,7 +49,16 @@ def describe(report: dict) -> str:
         lines.append(f"  {report['recovered']}")
     for path in report.get("changed", []):
         lines.append(f"  {'would change' if report.get('dry_run') else 'changed'} {path}")
+    if "compile_guard" in report:
+        lines.append("  " + _GUARD_LINES[report["compile_guard"]])
     return "\n".join(lines)
+
+
+_GUARD_LINES = {
+    True: "compile-mode guard on: where the SoC would compile ops online and binary kernels are "
+    "installed, the hook turns JIT compile off (off: --no-compile-guard)",
+    False: "compile-mode guard off: torch_npu's compile mode is left alone",
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,14 +69,16 @@ def run(args: argparse.Namespace) -> int:
     site_packages = engine.resolve_site_packages(args.target)
     if args.target is None:
         engine.check_not_shared(site_packages)
+    guard = args.compile_guard and not compile_guard.switched_off(os.environ)
     report = engine.install(
         site_packages,
         patches="never" if args.hook_only else args.patches,
         dry_run=args.dry_run,
-        extra_files=engine.startup_hook_files(site_packages),
+        extra_files=engine.startup_hook_files(site_packages, guard),
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
+    report["compile_guard"] = guard
     if args.json:
         write_json({"ok": True, **report})
     else:

@@ -20,6 +20,11 @@ def describe_hook(hook_status: dict) -> List[str]:
     lines = [f"  startup hook: installed ({', '.join(hook_status['installed'])})"]
     if not hook_status["current"]:
         lines.append("  startup hook: its files differ from this ascend-env's; run: ascend-env install")
+    setting = hook_status.get("compile_guard")
+    if setting is not None:
+        lines.append("  compile-mode guard: " + (
+            "on (JIT compile off where the SoC would compile online and binary kernels are installed)"
+            if setting else "off (installed with --no-compile-guard)"))
     found = hook_status.get("probe", {})
     if found.get("error"):
         lines.append(f"  startup hook: not checked in a fresh process: {found['error']}")
@@ -37,6 +42,11 @@ def describe_hook(hook_status: dict) -> List[str]:
         else:
             registered = ", ".join(found.get("registered", [])) or "nothing (torch_npu has them all)"
             lines.append(f"  startup hook: ran in a fresh process; registered {registered}")
+            guard = found.get("compile_guard")
+            if guard:
+                done = "turned JIT compile off" if guard.get("applied") else "left the compile mode alone"
+                why = guard.get("error") or guard.get("reason")
+                lines.append(f"  compile-mode guard: {done} there: {why}")
         lines.extend(f"  startup hook error: {error}" for error in found.get("errors", []))
     else:
         lines.append("  startup hook: did not run in a fresh process")
@@ -50,7 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def hook_report(site_packages: Path) -> Tuple[dict, int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
-    report: dict = {"installed": hook.installed(site_packages), "current": hook.is_current(site_packages)}
+    report: dict = {"installed": hook.installed(site_packages), "current": hook.is_current(site_packages),
+                    "compile_guard": hook.compile_guard_setting(site_packages)}
     if not report["installed"]:
         return report, 0
     if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:

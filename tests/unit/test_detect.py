@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import cann, cli
+from ascend_env import cann, cli, compile_guard
 from ascend_env import detect as detect_mod
 from ascend_env.commands import detect as command
 from ascend_env.detect import NO_TORCH_NPU, detect
@@ -77,7 +77,47 @@ def run(tmp_path: Path, site: Path, **kw) -> detect_mod.Report:
     kw.setdefault("driver_prefix", tmp_path / "Ascend")
     kw.setdefault("machine", "aarch64")
     kw.setdefault("python_version", (3, 10, 14))
+    kw.setdefault("npu_smi", no_npu_smi)
     return detect(paths=[site], **kw)
+
+
+def no_npu_smi() -> str:
+    raise FileNotFoundError("npu-smi")
+
+
+def npu_smi(name: str):
+    return lambda: f"| NPU   Name          | Health |\n| 0     {name}         | OK     |\n"
+
+
+@pytest.mark.parametrize("soc, kernels, online, advice", [
+    ("910PremiumA", True, True, "run: python -m ascend_env install"),
+    ("310P3", False, True, "install the binary kernels (Ascend-cann-kernels-310p)"),
+    ("910B3", True, False, None),
+])
+def test_compile_mode_says_when_generation_compiles_online(tmp_path, site, soc, kernels, online, advice):
+    install_torch_npu(site)
+    root = make_cann(tmp_path / "Ascend")
+    if kernels:
+        (root / compile_guard.KERNELS_SUBDIR / "ascend910").mkdir(parents=True)
+    report = run(tmp_path, site, npu_smi=npu_smi(soc))
+    mode = report.to_dict()["compile_mode"]
+    assert mode["soc_source"] == "npu-smi info" and mode["soc"] == f"Ascend{soc}"
+    assert mode["kernels"]["installed"] is kernels
+    assert mode["compiles_online"] is online
+    said = [note for note in report.notes if "compile ops online" in note]
+    if advice is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and advice in said[0]
+
+
+def test_compile_mode_unknown_in_a_build_step(tmp_path, site):
+    install_torch_npu(site)
+    mode = run(tmp_path, site).to_dict()["compile_mode"]
+    assert mode["soc"] is None and "npu-smi info did not answer" in mode["soc_source"]
+    assert mode["compiles_online"] is None and mode["kernels"]["installed"] is None
+    chosen = run(tmp_path, site, environ={"ASCEND_ENV_SOC": "910A"}).to_dict()["compile_mode"]
+    assert chosen["soc"] == "Ascend910A" and chosen["soc_source"] == "$ASCEND_ENV_SOC"
 
 
 def test_old_torch_npu_falls_back(tmp_path, site):
@@ -175,8 +215,11 @@ def test_json_schema_is_stable(tmp_path, site):
     assert document["schema"] == 1
     assert list(document) == [
         "schema", "verdict", "python", "torch", "torch_npu", "transformers", "cann", "driver",
-        "isin", "compat", "problems", "notes",
+        "isin", "compat", "compile_mode", "problems", "notes",
     ]
+    assert set(document["compile_mode"]) == {
+        "soc", "soc_source", "kernels", "jit_compile_default", "compiles_online",
+    }
     assert set(document["torch_npu"]) == {
         "installed", "version", "location", "package_dir", "requires_torch", "shadowed", "problems",
     }
