@@ -1,0 +1,135 @@
+"""The compile-mode guard end to end: the installed hook, a fresh interpreter, the simulated NPU.
+
+The simulated SoC (``ASCEND_ENV_SIM_SOC``) decides torch_npu's default compile mode; a fake CANN
+toolkit (``ASCEND_TOOLKIT_HOME``) has or lacks the binary kernels directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from ascend_env import compile_guard, hook
+
+SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
+
+REPORT = """
+import json
+import torch
+from ascend_env import runtime, sim
+from ascend_env.sim import compile_mode
+sim.enable(torch_npu="2.1.0.post6")
+{after}
+print(json.dumps({{"jit": compile_mode.jit_compile(), "internal_format": compile_mode.allow_internal_format(),
+                  "guard": runtime.status()["compile_guard"]}}))
+"""
+
+SPAWN = """
+import json, multiprocessing
+def child(queue):
+    import torch
+    from ascend_env import runtime, sim
+    from ascend_env.sim import compile_mode
+    sim.enable(torch_npu="2.1.0.post6")
+    queue.put([compile_mode.jit_compile(), runtime.status()["compile_guard"]["applied"]])
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    print(json.dumps(queue.get(timeout=120)))
+    process.join()
+"""
+
+
+def make_env(root: Path, guard: bool) -> Path:
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    site = next(root.glob("lib/python*/site-packages"))
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (site / "_ascend_env_test_paths.pth").write_text("\n".join(paths) + "\n")
+    for name, data in hook.files(guard).items():
+        (site / name).write_bytes(data)
+    return root / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory) -> Path:
+    return make_env(tmp_path_factory.mktemp("guarded"), True)
+
+
+@pytest.fixture(scope="module")
+def unguarded(tmp_path_factory) -> Path:
+    return make_env(tmp_path_factory.mktemp("unguarded"), False)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cann") / "latest"
+    (root / compile_guard.KERNELS_SUBDIR / "ascend910").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def no_kernels(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cann-no-kernels") / "latest"
+    root.mkdir()
+    return root
+
+
+def run(python: Path, soc: str, toolkit: Path, after: str = "", code: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None) -> dict:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+    environ.update({"ASCEND_ENV_SIM_SOC": soc, "ASCEND_TOOLKIT_HOME": str(toolkit)}, **(env or {}))
+    script = python.parent.parent / "script.py"  # a file: spawn re-imports the main module
+    script.write_text(code if code is not None else REPORT.format(after=after))
+    done = subprocess.run([str(python), str(script)], capture_output=True, text=True, env=environ,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("soc", ["910A", "Ascend910PremiumA", "310P"])
+def test_guard_turns_jit_compile_off_where_the_soc_compiles_online(guarded, kernels, soc):
+    found = run(guarded, soc, kernels)
+    assert found["jit"] is False and found["internal_format"] is False
+    assert found["guard"]["applied"] and found["guard"]["soc_source"] == "simulator"
+
+
+def test_without_binary_kernels_the_guard_stays_off_and_says_why(guarded, no_kernels):
+    found = run(guarded, "910A", no_kernels)
+    assert found["jit"] is True and not found["guard"]["applied"]
+    assert "no binary kernels" in found["guard"]["reason"]
+    assert "Ascend-cann-kernels-910a" in found["guard"]["reason"]
+
+
+def test_not_needed_on_910b(guarded, kernels):
+    found = run(guarded, "910B", kernels)
+    assert found["jit"] is False and found["internal_format"] is True
+    assert not found["guard"]["applied"] and "not needed" in found["guard"]["reason"]
+
+
+def test_switched_off_by_the_variable(guarded, kernels):
+    found = run(guarded, "910A", kernels, env={"ASCEND_ENV_COMPILE_GUARD": "0"})
+    assert found["jit"] is True and "turned off" in found["guard"]["reason"]
+
+
+def test_switched_off_by_install_option(unguarded, kernels):
+    found = run(unguarded, "910A", kernels)
+    assert found["jit"] is True and "turned off" in found["guard"]["reason"]
+
+
+def test_a_script_that_sets_jit_compile_itself_keeps_it(guarded, kernels):
+    found = run(guarded, "910A", kernels, after="compile_mode.set_jit_compile(True)")
+    assert found["guard"]["applied"] and found["jit"] is True
+
+
+def test_spawned_children_are_guarded_too(guarded, kernels):
+    assert run(guarded, "310P", kernels, code=SPAWN) == [False, True]
