@@ -400,3 +400,39 @@ def test_install_writes_bytecode_that_start_up_uses_without_writing_any(site, pa
     assert again.returncode == 0 and "already applied" in again.stdout
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert not (site / name).exists()
+
+
+def test_a_damaged_hook_module_is_reported_and_install_mends_it(tmp_path: Path, patches):
+    """What docs promise for a damaged ``ascend_env_hook.py``: Python still starts (site.py prints
+    the error for that line and goes on), status says the hook's files differ, install rewrites it
+    and the next start is silent."""
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / hook.MODULE_FILE).write_text("def broken(:\n")
+    started = subprocess.run([str(python), "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0 and started.stdout == "ran\n"
+    assert "ascend_env_hook" in started.stderr
+    result = status_in(python, "--patches-dir", str(patches))
+    assert result.returncode == 1 and "differ" in result.stdout
+    again = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert again.returncode == 0, again.stderr
+    assert hook.is_current(site)
+    quiet = subprocess.run([str(python), "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert quiet.stdout == "ran\n" and quiet.stderr == ""
+
+
+def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(site, patches):
+    before = snapshot(site)
+    args = ("--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    off = run_cli("install", "--no-compile-guard", *args)
+    assert off.returncode == 0, off.stderr
+    assert "compile-mode guard off" in off.stdout and hook.compile_guard_setting(site) is False
+    assert hook.is_current(site)
+    on = run_cli("install", "--json", *args)
+    assert json.loads(on.stdout)["compile_guard"] is True and hook.compile_guard_setting(site) is True
+    env_off = run_cli("install", *args, env={"ASCEND_ENV_COMPILE_GUARD": "0"})
+    assert env_off.returncode == 0 and hook.compile_guard_setting(site) is False
+    status = json.loads(run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches)).stdout)
+    assert status["hook"]["compile_guard"] is False
+    assert run_cli("restore", "--target", str(site)).returncode == 0
+    assert snapshot(site) == before
