@@ -108,3 +108,19 @@ def test_ctrl_c_while_ascend_env_starts_is_one_line(tmp_path):
                             cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 130
     assert result.stderr == "ascend-env: interrupted while starting; nothing was changed.\n"
+
+
+def test_pre_commit_runs_what_ci_lint_runs():
+    import configparser
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text())
+    (hook,) = [h for repo in config["repos"] for h in repo["hooks"]]
+    assert hook["entry"] == "tox run -e lint" and hook["pass_filenames"] is False
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(root / "tox.ini")
+    assert "lint" in tox["tox"]["labels"].split("test =")[1].splitlines()[0]
+    assert tox["testenv:lint"]["commands"].strip()
