@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ascend_env.ops import isin
+from ascend_env.kernels.isin import isin
 
 # group, label, elements, test elements, the ids' bound (None: none passed)
 Case = Tuple[str, str, torch.Tensor, torch.Tensor, Optional[int]]

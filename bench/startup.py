@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import ascend_env
-from ascend_env import hook
+from ascend_env.hook import files as hook
 
 SETUPTOOLS_PTH = "distutils-precedence.pth"
 # A marker file: make_env removes the hook's .pyc from an environment that holds it.

@@ -44,7 +44,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from ascend_env.diffs import FilePatch, PatchError, apply_patch, parse_patch
+from ascend_env.patching.diffs import FilePatch, PatchError, apply_patch, parse_patch
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "patches"

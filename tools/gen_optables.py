@@ -27,7 +27,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from packaging.version import Version
 
-from ascend_env import oplists
+from ascend_env.detect import npu_oplists as oplists
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "ascend_env" / "data" / "optables" / "optables.json"

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ascend_env import optables  # noqa: E402
+from ascend_env.sim import optables  # noqa: E402
 
 PRELUDE = f"""
 import json, sys

@@ -40,7 +40,7 @@ from check_patches import (
     unguarded_isin_calls,
 )
 
-from ascend_env.diffs import FilePatch, PatchError, apply_patch, parse_patch
+from ascend_env.patching.diffs import FilePatch, PatchError, apply_patch, parse_patch
 
 # The comparison itself, indented for a function body; shared by both kinds of patch.
 COMPARE = """\

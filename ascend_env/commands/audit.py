@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ascend_env import audit
+from ascend_env.checks import audit
 from ascend_env.output import write_json, write_text
 
 

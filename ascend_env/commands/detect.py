@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ascend_env.detect import CompileMode, Package, Report, detect
+from ascend_env.detect.report import CompileMode, Package, Report, detect
 from ascend_env.exceptions import UsageError
 from ascend_env.output import bold, write_json, write_text
 

@@ -6,11 +6,11 @@ import argparse
 import os
 from pathlib import Path
 
-from ascend_env import compile_guard
-from ascend_env import install as engine
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
+from ascend_env.hook import compile_guard
 from ascend_env.output import write_json, write_text
+from ascend_env.patching import engine
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

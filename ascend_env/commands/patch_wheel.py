@@ -8,7 +8,7 @@ from pathlib import Path
 from ascend_env.commands import add_patches_dir
 from ascend_env.exceptions import UsageError
 from ascend_env.output import write_json, write_text
-from ascend_env.wheels import patch_wheel
+from ascend_env.patching.wheels import patch_wheel
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

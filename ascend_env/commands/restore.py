@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ascend_env import install as engine
 from ascend_env.commands import add_target
 from ascend_env.output import write_json, write_text
+from ascend_env.patching import engine
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

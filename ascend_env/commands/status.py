@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from ascend_env import hook
-from ascend_env import install as engine
 from ascend_env.commands import add_patches_dir, add_target
+from ascend_env.hook import files as hook
 from ascend_env.output import write_json, write_text
+from ascend_env.patching import engine
 
 
 def describe_hook(hook_status: dict) -> List[str]:

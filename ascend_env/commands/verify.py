@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ascend_env import verify
+from ascend_env.checks import verify
 from ascend_env.output import write_json, write_text
 
 

@@ -42,7 +42,7 @@ def enable(torch_npu: Optional[str] = None) -> None:
     None means the newest known release. Calling it again with the same release does nothing;
     asking for another release in the same process raises ``UsageError``.
     """
-    from ascend_env import optables
+    from ascend_env.sim import optables
 
     version = optables.canonical(torch_npu) if torch_npu is not None else optables.newest()
     if enabled_table() == version:
@@ -83,7 +83,7 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
     # tell the startup hook, when it runs in this process, as torch_npu's import would.
     boot = sys.modules.get("ascend_env_hook")
     if boot is not None:
-        from ascend_env import _watch
+        from ascend_env.hook import watch as _watch
 
         _watch.notify(boot.STATE, "ascend_env.sim")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from ascend_env import socs
+from ascend_env.detect import socs
 
 __all__ = [
     "DEFAULT_SOC", "SOC_ENV", "acl_op", "allow_internal_format", "jit_compile", "jit_compile_set",

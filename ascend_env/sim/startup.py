@@ -36,7 +36,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
         from ascend_env import sim
 
         if environ.get(OPLISTS):
-            from ascend_env import oplists
+            from ascend_env.detect import npu_oplists as oplists
 
             ops = oplists.read_torch_npu(Path(environ[OPLISTS]))
             sim.enable_ops(environ.get(LABEL, environ[OPLISTS]), ops, environ.get(FALLBACK_DISABLE) == "1")

@@ -30,7 +30,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from ascend_env.manifest import NothingToDo, Release, load_manifest
+from ascend_env.patching.manifest import NothingToDo, Release, load_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generation import CASES, REQUIRED  # noqa: E402

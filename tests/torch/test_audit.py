@@ -9,8 +9,8 @@ import textwrap
 import pytest
 import yaml
 
-from ascend_env import optables
 from ascend_env.cli import main
+from ascend_env.sim import optables
 
 ISIN_OUT = "aten::isin.Tensor_Tensor_out"
 

@@ -16,14 +16,16 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env import compile_guard, hook
+from ascend_env.hook import compile_guard
+from ascend_env.hook import files as hook
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 
 REPORT = """
 import json
 import torch
-from ascend_env import runtime, sim
+from ascend_env import sim
+from ascend_env.hook import runtime
 from ascend_env.sim import compile_mode
 sim.enable(torch_npu="2.1.0.post6")
 {after}
@@ -35,7 +37,8 @@ SPAWN = """
 import json, multiprocessing
 def child(queue):
     import torch
-    from ascend_env import runtime, sim
+    from ascend_env import sim
+    from ascend_env.hook import runtime
     from ascend_env.sim import compile_mode
     sim.enable(torch_npu="2.1.0.post6")
     queue.put([compile_mode.jit_compile(), runtime.status()["compile_guard"]["applied"]])

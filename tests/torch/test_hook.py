@@ -18,8 +18,10 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env import fixes, hook, optables
-from ascend_env.oplists import ISIN_OVERLOADS
+from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
+from ascend_env.hook import files as hook
+from ascend_env.kernels import registry as fixes
+from ascend_env.sim import optables
 
 CAUTION = "CAUTION: The operator 'aten::isin"
 OVERRIDE = "Overriding a previously registered kernel"
@@ -30,7 +32,8 @@ SMOKE = """
 import json, sys, threading
 import torch
 {enable}
-from ascend_env import runtime, sim
+from ascend_env import sim
+from ascend_env.hook import runtime
 cpu_e = torch.tensor([[1, 2, 3], [4, 5, 6]])
 cpu_t = torch.tensor([2, 6, 9])
 results = []

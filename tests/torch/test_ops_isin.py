@@ -25,8 +25,8 @@ from packaging.version import Version
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ascend_env import ops
-from ascend_env.ops import ATEN_KERNELS, NATIVE_OPS, STRATEGIES, isin
+from ascend_env.kernels import isin as ops
+from ascend_env.kernels.isin import ATEN_KERNELS, NATIVE_OPS, STRATEGIES, isin
 
 _DATABASE = DirectoryBasedExampleDatabase(str(Path(__file__).resolve().parents[1] / "hypothesis-failures"))
 _COMMON = dict(deadline=None, database=_DATABASE, suppress_health_check=[HealthCheck.too_slow])
@@ -900,7 +900,7 @@ def test_native_ops_is_exactly_what_is_dispatched():
 
 
 def test_native_ops_are_native_in_every_torch_npu_release():
-    from ascend_env import optables
+    from ascend_env.sim import optables
 
     releases = optables.releases()
     assert "2.1.0.post3" in releases and "2.14.0" in releases
@@ -1028,7 +1028,8 @@ def test_value_bound_runs_natively_on_the_simulated_npu(npu):
 
 def test_simulated_npu_counts_fallbacks(npu):
     """The check above can fail: native isin, missing from the release's table, is counted."""
-    from ascend_env import optables, sim
+    from ascend_env import sim
+    from ascend_env.sim import optables
 
     assert "isin.Tensor_Tensor_out" not in optables.load(sim.enabled_table())
     if torch._C._dispatch_has_kernel_for_dispatch_key("aten::isin.Tensor_Tensor_out", "PrivateUse1"):

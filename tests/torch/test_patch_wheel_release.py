@@ -9,9 +9,9 @@ import io
 import zipfile
 from pathlib import Path
 
-from ascend_env.manifest import load_manifest
-from ascend_env.records import record_hash
-from ascend_env.wheels import patch_wheel
+from ascend_env.patching.manifest import load_manifest
+from ascend_env.patching.records import record_hash
+from ascend_env.patching.wheels import patch_wheel
 
 
 def rebuild_wheel(directory: Path) -> Path:

@@ -21,7 +21,7 @@ from packaging.version import Version
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ascend_env import sim
-from ascend_env.diffs import apply_patch, parse_patch
+from ascend_env.patching.diffs import apply_patch, parse_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "patches"

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ascend_env import hook
+from ascend_env.hook import files as hook
 
 
 def hook_site(root: Path) -> Path:
@@ -86,7 +86,7 @@ def test_hook_exception_then_torch_npu_under_the_simulator(tmp_path):
         import site, sys
         site.addsitedir({str(site)!r})
         import ascend_env_hook as _boot
-        from ascend_env import runtime
+        from ascend_env.hook import runtime
         assert _boot.STATE.started and _boot.STATE.finder in sys.meta_path
         sys.modules["ascend_env.ops"] = None  # "from ascend_env import ops" now raises
         import torch, torch_npu

@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import CASES, IN_PROCESS_TABLE, MODELS, TESTS_TORCH, generate, run_python, tiny_model
 
-from ascend_env import optables, sim
+from ascend_env import sim
 from ascend_env.exceptions import UsageError
+from ascend_env.sim import optables
 
 ISIN_OUT = "aten::isin.Tensor_Tensor_out"
 WARNING = (

@@ -21,8 +21,8 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env import optables
-from ascend_env.state import read_state
+from ascend_env.patching.state import read_state
+from ascend_env.sim import optables
 
 ROOT = Path(__file__).resolve().parents[2]
 # The release this environment's tokenizers and huggingface-hub were resolved for.

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional
 
-from ascend_env.records import record_hash
+from ascend_env.patching.records import record_hash
 
 VERSION = "4.46.3"
 

@@ -18,7 +18,8 @@ from typing import Optional
 import pytest
 
 import ascend_env
-from ascend_env import _boot, hook
+from ascend_env.hook import boot as _boot
+from ascend_env.hook import files as hook
 
 ASCEND_ENV_ROOT = str(Path(ascend_env.__file__).parent.parent)
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_env import cann
-from ascend_env.cann import CannVersion
+from ascend_env.detect import cann
+from ascend_env.detect.cann import CannVersion
 
 INFO_830 = (
     "package_name=Ascend-cann-toolkit\nversion=8.0.RC3\ninnerversion=V100R001C19SPC001B120\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import driver
+from ascend_env.detect import driver
 
 INSTALL_INFO = (
     "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nFirmware_Install_Type=full\n"

@@ -7,8 +7,8 @@ import json
 import pytest
 from packaging.version import Version
 
-from ascend_env import compat
-from ascend_env.cann import parse_version
+from ascend_env.detect import compat
+from ascend_env.detect.cann import parse_version
 from ascend_env.exceptions import EnvironmentProblem
 
 

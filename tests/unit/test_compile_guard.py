@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import compile_guard, hook
-from ascend_env.compile_guard import Kernels
+from ascend_env.hook import compile_guard
+from ascend_env.hook import files as hook
+from ascend_env.hook.compile_guard import Kernels
 
 NPU_SMI_910B3 = """\
 +------------------------------------------------------------------------------------------------+

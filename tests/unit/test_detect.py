@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import cann, cli, compile_guard
-from ascend_env import detect as detect_mod
+from ascend_env import cli
 from ascend_env.commands import detect as command
-from ascend_env.detect import NO_TORCH_NPU, detect
+from ascend_env.detect import cann
+from ascend_env.detect import report as detect_mod
+from ascend_env.detect.report import NO_TORCH_NPU, detect
+from ascend_env.hook import compile_guard
 
 DATA = Path(__file__).parent / "data"
 DIST_INFO = DATA / "dist-info"

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.diffs import FilePatch, HunkMismatch, PatchError, apply_patch, parse_patch, split_lines
+from ascend_env.patching.diffs import (
+    FilePatch,
+    HunkMismatch,
+    PatchError,
+    apply_patch,
+    parse_patch,
+    split_lines,
+)
 
 HEADER = (
     "# Patch: demo-v1\n"

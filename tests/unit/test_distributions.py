@@ -7,7 +7,8 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 
-from ascend_env import distributions, records
+from ascend_env.detect import packages as distributions
+from ascend_env.patching import records
 
 DIST_INFO = Path(__file__).parent / "data" / "dist-info"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_env import fixes, optables
-from ascend_env.oplists import ISIN_OVERLOADS
+from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
+from ascend_env.kernels import registry as fixes
+from ascend_env.sim import optables
 
 
 @pytest.mark.parametrize("fix", fixes.FIXES, ids=lambda fix: fix.op)

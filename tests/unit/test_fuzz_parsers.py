@@ -17,12 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_support import ROOT, summary
 
-from ascend_env.cann import CannVersion, InvalidCannVersion, find_toolkit, parse_key_values, version_from_cfg
-from ascend_env.diffs import FilePatch, HunkMismatch, PatchError, apply_patch, parse_patch
-from ascend_env.driver import find_driver
+from ascend_env.detect.cann import (
+    CannVersion,
+    InvalidCannVersion,
+    find_toolkit,
+    parse_key_values,
+    version_from_cfg,
+)
+from ascend_env.detect.driver import find_driver
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.journal import Journal
-from ascend_env.state import State
+from ascend_env.patching.diffs import FilePatch, HunkMismatch, PatchError, apply_patch, parse_patch
+from ascend_env.patching.journal import Journal
+from ascend_env.patching.state import State
 
 EXAMPLES = int(os.environ.get("ASCEND_ENV_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(

@@ -13,8 +13,8 @@ import pip
 import pytest
 from fake_site import make_patches, make_site, run_cli, snapshot, write_dist
 
-from ascend_env import hook
-from ascend_env.records import find_distribution
+from ascend_env.hook import files as hook
+from ascend_env.patching.records import find_distribution
 
 
 @pytest.fixture

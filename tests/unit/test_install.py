@@ -25,10 +25,10 @@ from fake_site import (
     snapshot,
 )
 
-from ascend_env import install as engine
 from ascend_env.exceptions import EnvironmentProblem, HunkMismatch, PatchError
-from ascend_env.records import find_distribution
-from ascend_env.state import drift, read_state, state_dir
+from ascend_env.patching import engine
+from ascend_env.patching.records import find_distribution
+from ascend_env.patching.state import drift, read_state, state_dir
 
 
 @pytest.fixture

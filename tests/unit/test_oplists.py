@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import oplists
+from ascend_env.detect import npu_oplists as oplists
 from ascend_env.exceptions import EnvironmentProblem
 
 DATA = Path(__file__).parent / "data"

@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from ascend_env import oplists, optables
+from ascend_env.detect import npu_oplists as oplists
 from ascend_env.exceptions import UsageError
+from ascend_env.sim import optables
 
 ROOT = Path(__file__).resolve().parents[2]
 

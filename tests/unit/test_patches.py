@@ -11,8 +11,8 @@ from typing import Dict, List
 import pytest
 from packaging.version import Version
 
-from ascend_env.diffs import HEADER_KEYS, FilePatch, apply_patch, parse_patch
-from ascend_env.manifest import load_manifest
+from ascend_env.patching.diffs import HEADER_KEYS, FilePatch, apply_patch, parse_patch
+from ascend_env.patching.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "patches"

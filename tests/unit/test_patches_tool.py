@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.diffs import apply_patch, parse_patch
+from ascend_env.patching.diffs import apply_patch, parse_patch
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "check_patches.py"
 spec = importlib.util.spec_from_file_location("check_patches", TOOL)

@@ -11,7 +11,8 @@ from typing import List
 import pytest
 
 import ascend_env
-from ascend_env import hook, verify
+from ascend_env.checks import verify
+from ascend_env.hook import files as hook
 
 ROOT = str(Path(ascend_env.__file__).resolve().parents[1])
 
@@ -32,7 +33,7 @@ def test_child_flags_repeat_the_ones_that_change_imports(flags: List[str], expec
 
 def test_status_probe_and_verify_smoke_pass_them_on(monkeypatch):
     """Both children get the flags: run as python -s, status and verify answer for one environment."""
-    from ascend_env import pyflags
+    from ascend_env.utils import pyflags
 
     monkeypatch.setattr(pyflags, "child_flags", lambda python: ["-s"] if python == sys.executable else [])
     commands: List[list] = []

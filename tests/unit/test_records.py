@@ -13,9 +13,9 @@ import pytest
 from fake_site import make_patches, make_site
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.locking import locked
-from ascend_env.manifest import NothingToDo, Release, UnknownRelease, load_manifest, parse_manifest
-from ascend_env.records import find_distribution, parse_record, record_hash, rewrite_record
+from ascend_env.patching.locking import locked
+from ascend_env.patching.manifest import NothingToDo, Release, UnknownRelease, load_manifest, parse_manifest
+from ascend_env.patching.records import find_distribution, parse_record, record_hash, rewrite_record
 
 
 def test_record_hash_is_urlsafe_base64_without_padding():
@@ -195,8 +195,8 @@ def test_lock_refuses_a_file_in_place_of_its_directory(tmp_path):
 
 
 def test_shipped_manifest_and_patches_are_valid():
-    from ascend_env.diffs import parse_patch
-    from ascend_env.manifest import patches_dir, read_patch_text
+    from ascend_env.patching.diffs import parse_patch
+    from ascend_env.patching.manifest import patches_dir, read_patch_text
 
     directory = patches_dir()
     if not (directory / "manifest.json").is_file():

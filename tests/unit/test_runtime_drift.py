@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fake_site import STOP_PATH, make_patches, make_site
 
-from ascend_env import install as engine
-from ascend_env import runtime
+from ascend_env.hook import runtime
+from ascend_env.patching import engine
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ascend_env import socs
+from ascend_env.detect import socs
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import compile_mode
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_env import smoke, verify
-from ascend_env.oplists import ISIN_OVERLOADS
-from ascend_env.verify import Smoke
+from ascend_env.checks import smoke, verify
+from ascend_env.checks.verify import Smoke
+from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 
 CAUTION = (
     "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "

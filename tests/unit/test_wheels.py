@@ -20,8 +20,8 @@ from packaging.version import Version
 
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem, UsageError
-from ascend_env.manifest import load_manifest
-from ascend_env.wheels import patch_wheel
+from ascend_env.patching.manifest import load_manifest
+from ascend_env.patching.wheels import patch_wheel
 
 TARGET = "transformers/pytorch_utils.py"
 BEFORE = (
@@ -296,7 +296,7 @@ def test_a_damaged_member_is_refused_and_leaves_no_output(tmp_path, patches, ori
 
 
 def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path, patches, capsys):
-    from ascend_env import wheels
+    from ascend_env.patching import wheels
 
     (tmp_path / "in").mkdir()
     bomb = build_wheel(tmp_path / "in", "1.0.0", {**FILES, "transformers/zeros.bin": ""})
@@ -315,7 +315,7 @@ def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path, patches, capsys):
 
 
 def test_members_adding_up_past_the_total_limit_are_refused(tmp_path, patches, original, capsys, monkeypatch):
-    from ascend_env import wheels
+    from ascend_env.patching import wheels
 
     monkeypatch.setattr(wheels, "TOTAL_LIMIT", 100)
     argv = ["patch-wheel", str(original), "-o", str(tmp_path / "out"), "--patches-dir", str(patches)]

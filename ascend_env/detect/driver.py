@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from ascend_env.cann import SYSTEM_PREFIX, parse_key_values, read_text, shown
+from ascend_env.detect.cann import SYSTEM_PREFIX, parse_key_values, read_text, shown
 
 INSTALL_INFO = Path("/etc/ascend_install.info")
 PATH_KEYS = ("Driver_Install_Path_Param", "Driver_Install_Path")

@@ -28,10 +28,17 @@ from typing import Dict, List, Optional, Tuple
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ascend_env.diffs import apply_patch, parse_patch
 from ascend_env.exceptions import EnvironmentProblem, UsageError
-from ascend_env.manifest import Manifest, NothingToDo, Release, load_manifest, patches_dir, read_patch_text
-from ascend_env.records import record_digest, record_hash, sha256_hex
+from ascend_env.patching.diffs import apply_patch, parse_patch
+from ascend_env.patching.manifest import (
+    Manifest,
+    NothingToDo,
+    Release,
+    load_manifest,
+    patches_dir,
+    read_patch_text,
+)
+from ascend_env.patching.records import record_digest, record_hash, sha256_hex
 
 __all__ = ["LOCAL_PREFIX", "PatchedWheel", "local_version", "patch_wheel"]
 

@@ -42,7 +42,7 @@ GUARD_OFF = b"\nCOMPILE_GUARD = False\n"
 def files(compile_guard: bool = True) -> Dict[str, bytes]:
     """The hook's files, by name relative to site-packages; ``compile_guard=False`` writes a
     module that leaves torch_npu's compile mode alone (``install --no-compile-guard``)."""
-    source = Path(__file__).with_name("_boot.py").read_bytes()
+    source = Path(__file__).with_name("boot.py").read_bytes()
     if not compile_guard:
         source = source.replace(GUARD_ON, GUARD_OFF, 1)
     return {MODULE_FILE: source, PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
@@ -118,7 +118,7 @@ if report["ran"] and not report["disabled"]:
             import torch_npu  # noqa: F401
         except Exception as exc:
             report["backend_error"] = f"{type(exc).__name__}: {exc}"
-    from ascend_env import runtime
+    from ascend_env.hook import runtime
     status = runtime.status()
     report.update(registered=status["registered"], native=status["native"], errors=status["errors"],
                   compile_guard=status["compile_guard"])
@@ -132,7 +132,7 @@ def probe(python: str, timeout: float = 60) -> Dict[str, object]:
     import json
     import subprocess
 
-    from ascend_env.pyflags import child_flags
+    from ascend_env.utils.pyflags import child_flags
 
     try:
         done = subprocess.run(

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
-from ascend_env.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
-from ascend_env.journal import (
+from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
+from ascend_env.patching.journal import (
     Change,
     Journal,
     commit,
@@ -29,8 +29,8 @@ from ascend_env.journal import (
     read_journal,
     recover,
 )
-from ascend_env.locking import locked
-from ascend_env.manifest import (
+from ascend_env.patching.locking import locked
+from ascend_env.patching.manifest import (
     Manifest,
     NothingToDo,
     Release,
@@ -39,8 +39,8 @@ from ascend_env.manifest import (
     patches_dir,
     read_patch_text,
 )
-from ascend_env.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
-from ascend_env.state import (
+from ascend_env.patching.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
+from ascend_env.patching.state import (
     Entry,
     State,
     drift,
@@ -89,7 +89,7 @@ def _site_without_transformers() -> Path:
     this environment's own site-packages (where pip installs)."""
     import sysconfig
 
-    from ascend_env.runtime import installed_sites
+    from ascend_env.hook.runtime import installed_sites
 
     sites = installed_sites()
     return (sites[0] if sites else Path(sysconfig.get_paths()["purelib"])).resolve()
@@ -138,7 +138,7 @@ def isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optio
     """
     import sys
 
-    from ascend_env.detect import read_isin, read_package
+    from ascend_env.detect.report import read_isin, read_package
 
     paths = [site_packages] + ([Path(p) for p in sys.path if p] if search_sys_path else [])
     torch_npu = read_package("torch_npu", "torch_npu", paths)
@@ -160,7 +160,7 @@ def startup_hook_files(site_packages: Path, compile_guard: bool = True) -> Dict[
     ascend-env itself is installed in ``site_packages``, its RECORD gains rows for them, so that
     ``pip uninstall ascend-env`` removes them too.
     """
-    from ascend_env import hook
+    from ascend_env.hook import files as hook
 
     hook_files = {**hook.files(compile_guard), **hook.bytecode(compile_guard)}
     own = find_distribution(site_packages, "ascend-env")
@@ -535,7 +535,7 @@ def install(
         if plan.changes:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
         elif read_state(site_packages) is None:
-            from ascend_env.journal import remove_directory
+            from ascend_env.patching.journal import remove_directory
 
             remove_directory(site_packages)
     if recovered:
@@ -661,7 +661,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
         if read_state(site_packages) is not None:
             commit(site_packages, Journal("restore", tuple(plan.changes), None), plan.blobs)
         else:
-            from ascend_env.journal import remove_directory
+            from ascend_env.patching.journal import remove_directory
 
             remove_directory(site_packages)
     if recovered:

@@ -18,11 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ascend_env import optables
 from ascend_env.exceptions import EnvironmentProblem, UsageError
-from ascend_env.sim import startup
+from ascend_env.sim import optables, startup
 
-SHIM_DIR = Path(__file__).resolve().parent / "sim" / "shim"
+SHIM_DIR = Path(__file__).resolve().parent.parent / "sim" / "shim"
 
 
 def installed_torch_npu() -> Optional[Path]:

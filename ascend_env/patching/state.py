@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.utils import jsontext
 
 __all__ = ["Entry", "State", "drift", "file_sha256", "read_state", "state_dir"]
 
@@ -110,7 +110,7 @@ class State:
 
 
 def _check_entry(entry: Entry) -> None:
-    from ascend_env.diffs import safe_relative_path
+    from ascend_env.patching.diffs import safe_relative_path
 
     if entry.kind not in KINDS:
         raise ValueError(f"unknown kind {entry.kind!r}")

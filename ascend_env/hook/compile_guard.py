@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ascend_env import socs
+from ascend_env.detect import socs
 
 __all__ = [
     "KERNELS_SUBDIR", "OFF_VARIABLE", "SOC_VARIABLE", "Decision", "Kernels", "apply", "decide",
@@ -164,7 +164,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None, enabled: bool 
     """:func:`decide` for this process: the toolkit from CANN's variables or default path, the SoC
     from ``soc`` (the simulator's) or :func:`machine_soc`. The SoC npu-smi gave is exported in
     ``$ASCEND_ENV_SOC`` so that child processes do not ask again."""
-    from ascend_env import cann
+    from ascend_env.detect import cann
 
     environ = os.environ if environ is None else environ
     enabled = enabled and not switched_off(environ)

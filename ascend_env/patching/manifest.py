@@ -23,9 +23,9 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
 
-from ascend_env import jsontext
-from ascend_env.diffs import MAX_PATCH_CHARS, safe_relative_path
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path
+from ascend_env.utils import jsontext
 
 __all__ = [
     "FileChange",

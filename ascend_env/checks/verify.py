@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
-from ascend_env.pyflags import child_flags
-from ascend_env.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
+from ascend_env.utils.pyflags import child_flags
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 AUDIT_VARIABLES = (
@@ -117,7 +117,7 @@ def run_smoke(
     smoke = Smoke(device=device, steps=list(steps))
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
-        command = [options.python, *child_flags(options.python), "-m", "ascend_env.smoke",
+        command = [options.python, *child_flags(options.python), "-m", "ascend_env.checks.smoke",
                    "--report", str(report), "--device", device, "--steps", ",".join(steps)]
         if options.torch_npu:
             command += ["--torch-npu", options.torch_npu]
@@ -151,7 +151,7 @@ def run_smoke(
 
 def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Run the smoke test as ``options`` say and return the judged result (see :func:`judge`)."""
-    from ascend_env import optables
+    from ascend_env.sim import optables
 
     environ = os.environ if environ is None else environ
     python = shutil.which(options.python) or options.python
@@ -316,7 +316,7 @@ def _patches_check(installation: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Dict[str, Any]:
-    from ascend_env.oplists import ISIN_OVERLOADS
+    from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 
     site = installation.get("site_packages", "site-packages")
     fix_install = "python -m ascend_env install (or --hook-only), then verify again"

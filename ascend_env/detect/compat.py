@@ -26,10 +26,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ascend_env.cann import CannVersion, parse_version
+from ascend_env.detect.cann import CannVersion, parse_version
 from ascend_env.exceptions import EnvironmentProblem
 
-DATA_FILE = Path(__file__).resolve().parent / "data" / "compat.json"
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "compat.json"
 
 OK = "ok"
 UNKNOWN = "unknown"

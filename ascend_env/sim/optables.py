@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
-DATA_FILE = Path(__file__).resolve().parent / "data" / "optables" / "optables.json"
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "optables" / "optables.json"
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Mapping, Optional, Sequence
 
-from ascend_env import cann as cann_mod
-from ascend_env import compat, compile_guard, distributions, socs
-from ascend_env import driver as driver_mod
+from ascend_env.detect import cann as cann_mod
+from ascend_env.detect import compat, socs
+from ascend_env.detect import driver as driver_mod
+from ascend_env.detect import packages as distributions
+from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
-from ascend_env.fixes import FIXES
-from ascend_env.oplists import ISIN_OVERLOADS, read_torch_npu
+from ascend_env.hook import compile_guard
+from ascend_env.kernels.registry import FIXES
 
 SCHEMA = 1
 FALLBACK_OPS = ("isin.Tensor_Tensor", "isin.Tensor_Tensor_out")

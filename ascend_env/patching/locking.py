@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.owners import make_dir, match_owner
+from ascend_env.patching.owners import make_dir, match_owner
 
 __all__ = ["locked"]
 

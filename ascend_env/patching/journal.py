@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Sequence
 
-from ascend_env import jsontext
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.owners import give_fd, make_dir, owner_for
-from ascend_env.records import sha256_hex
-from ascend_env.state import (
+from ascend_env.patching.owners import give_fd, make_dir, owner_for
+from ascend_env.patching.records import sha256_hex
+from ascend_env.patching.state import (
     JOURNAL_FILE,
     ORIGINALS,
     STATE_FILE,
@@ -37,6 +36,7 @@ from ascend_env.state import (
     read_state,
     state_dir,
 )
+from ascend_env.utils import jsontext
 
 __all__ = ["CRASH_ENV", "CRASH_POINTS", "Change", "Journal", "commit", "crash_point", "recover"]
 
@@ -87,7 +87,7 @@ class Journal:
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> Journal:
-        from ascend_env.state import Entry, _check_entry
+        from ascend_env.patching.state import Entry, _check_entry
 
         try:
             changes = [Change(str(c["path"]), c["before"], c["after"]) for c in data["changes"]]

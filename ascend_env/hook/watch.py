@@ -98,7 +98,7 @@ def notify(state: SimpleNamespace, source: str) -> None:
         return
     state.events.append(source)
     try:
-        from ascend_env import runtime
+        from ascend_env.hook import runtime
 
         runtime.activate(source)
     except Exception as exc:

@@ -63,9 +63,9 @@ def silencers(environ: Mapping[str, str]) -> Dict[str, str]:
 
 def installation() -> Dict[str, Any]:
     """The patch state of this Python's transformers and the startup hook's files next to it."""
-    from ascend_env import hook
-    from ascend_env import install as engine
     from ascend_env.exceptions import AscendEnvError
+    from ascend_env.hook import files as hook
+    from ascend_env.patching import engine
 
     try:
         site = engine.default_site_packages()
@@ -100,8 +100,8 @@ def _torch_npu_release() -> Optional[str]:
 
 def _honours_fallback_disable(release: Optional[str]) -> bool:
     """Whether ``release`` honours TORCH_NPU_FALLBACK_CPU_DISABLE; an unknown release may, so yes."""
-    from ascend_env import optables
     from ascend_env.exceptions import UsageError
+    from ascend_env.sim import optables
 
     if release is None:
         return False
@@ -136,8 +136,8 @@ def start_npu() -> Dict[str, Any]:
 
 def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
     """Enable the simulated NPU with the table ``ascend_env.audit.choose_table`` picks."""
-    from ascend_env import audit, optables
-    from ascend_env.sim import startup
+    from ascend_env.checks import audit
+    from ascend_env.sim import optables, startup
 
     table = audit.choose_table(torch_npu)
     if startup.OPLISTS in table:
@@ -145,7 +145,8 @@ def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
     else:
         honoured = optables.has_fallback_disable(table[startup.TORCH_NPU])
     in_force = _keep_fallback_disable(honoured)
-    from ascend_env import oplists, sim
+    from ascend_env import sim
+    from ascend_env.detect import npu_oplists as oplists
 
     if startup.OPLISTS in table:
         ops = oplists.read_torch_npu(Path(table[startup.OPLISTS]))
@@ -266,7 +267,7 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
     report["backend"] = backend
     import torch
 
-    from ascend_env import runtime
+    from ascend_env.hook import runtime
 
     name = "npu:0"
     for step in steps:

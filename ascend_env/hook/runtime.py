@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO
 
-from ascend_env import hook
+from ascend_env.hook import files as hook
 
 if TYPE_CHECKING:
-    from ascend_env import compile_guard
+    from ascend_env.hook import compile_guard
 
 DISPATCH_KEY = "PrivateUse1"
 
@@ -60,7 +60,7 @@ def has_kernel(op: str) -> bool:
 
 def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
     """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file."""
-    from ascend_env.state import STATE_FILE, state_dir
+    from ascend_env.patching.state import STATE_FILE, state_dir
 
     found = []
     for entry in sys.path if paths is None else paths:
@@ -71,8 +71,8 @@ def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
 
 def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:
     """Print one line to ``stream`` when installed patches no longer hold (once per process)."""
-    from ascend_env.records import find_distribution
-    from ascend_env.state import drift
+    from ascend_env.patching.records import find_distribution
+    from ascend_env.patching.state import drift
 
     lines: List[str] = []
     removed = False  # transformers uninstalled since install: install cannot help, restore can
@@ -99,7 +99,8 @@ def activate(source: str) -> List[str]:
     """
     import torch
 
-    from ascend_env import fixes, ops
+    from ascend_env.kernels import isin as ops
+    from ascend_env.kernels import registry as fixes
 
     RECORD.release = backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
@@ -164,7 +165,7 @@ def guard_compile_mode(source: str) -> compile_guard.Decision:
     On the simulated NPU (enabled in this process, whatever imported it) the SoC is the simulated
     one and the settings are the simulator's; else torch_npu's own API is called.
     """
-    from ascend_env import compile_guard
+    from ascend_env.hook import compile_guard
 
     boot = hook.running()
     enabled = bool(getattr(boot, "COMPILE_GUARD", True))

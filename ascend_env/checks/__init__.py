@@ -1,0 +1,1 @@
+"""The checks: ``verify`` (with its child process, :mod:`.smoke`) and ``audit``."""

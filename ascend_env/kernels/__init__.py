@@ -1,0 +1,1 @@
+"""The kernels that replace CPU fallbacks (:mod:`.isin`) and the registry of fixes (:mod:`.registry`)."""
