@@ -7,7 +7,7 @@ releases and pre-releases included: a user can pin any of them), this:
 2. reads ``transformers/pytorch_utils.py`` and ``transformers/generation/*.py``, and finds the files
    that call ``torch.isin`` outside a CPU/CUDA branch: those are the files the release needs patched;
 3. applies to each the one patch of ``patches/transformers/`` whose hunks fit it, with
-   ``ascend_env.diffs.apply_patch`` (strict: no fuzz), byte-compiles the result, checks that no
+   ``ascend_env.patching.diffs.apply_patch`` (strict: no fuzz), byte-compiles the result, checks that no
    ``torch.isin`` call is left outside a CPU/CUDA branch and that undoing the patch gives the
    original bytes back;
 4. records the sha256 of each file before and after in ``patches/manifest.json``, and writes,

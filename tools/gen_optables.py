@@ -2,7 +2,7 @@
 
 For each final torch_npu release from 2.1.0.post3 to 2.14.0 this downloads one wheel with
 ``pip download --no-deps --only-binary :all:`` (one platform and Python tag: the op lists are the
-same in every wheel of a release), reads its ``supported:`` lists with ``ascend_env.oplists``,
+same in every wheel of a release), reads its ``supported:`` lists with ``ascend_env.detect.npu_oplists``,
 checks whether its binaries know ``TORCH_NPU_FALLBACK_CPU_DISABLE``, and deletes the wheel.
 
 The data file stores the first release in full and every later one as the ops added and removed

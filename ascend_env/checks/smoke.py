@@ -1,6 +1,6 @@
-"""The smoke test's own process: ``python -m ascend_env.smoke --report FILE [options]``.
+"""The smoke test's own process: ``python -m ascend_env.checks.smoke --report FILE [options]``.
 
-``ascend_env.verify`` starts it in a fresh process of the target interpreter, so the startup hook
+``ascend_env.checks.verify`` starts it in a fresh process of the target interpreter, so the startup hook
 runs exactly as in a user's process. It records what the parent judges and writes it as one JSON
 document to ``--report`` (never to stdout, which user code may print to):
 
@@ -10,7 +10,7 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``steps``: ``isin`` (every overload, ``out=`` included, against the CPU) and ``generate`` (a
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
-- ``hook``: :func:`ascend_env.runtime.status` once the backend is up; ``warnings``: Python warnings.
+- ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings.
 
 ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (set by the parent) is dropped from the environment before the
 backend starts when the release does not honour it. Where it is in force, the ``generate`` step runs
@@ -135,7 +135,7 @@ def start_npu() -> Dict[str, Any]:
 
 
 def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
-    """Enable the simulated NPU with the table ``ascend_env.audit.choose_table`` picks."""
+    """Enable the simulated NPU with the table ``ascend_env.checks.audit.choose_table`` picks."""
     from ascend_env.checks import audit
     from ascend_env.sim import optables, startup
 
@@ -288,7 +288,8 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ascend_env.smoke", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ascend_env.checks.smoke",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--torch-npu", metavar="VERSION", help="the simulated torch_npu release")

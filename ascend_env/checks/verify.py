@@ -1,4 +1,4 @@
-"""``verify``: run the smoke test (:mod:`ascend_env.smoke`) in a fresh process and judge it.
+"""``verify``: run the smoke test (:mod:`ascend_env.checks.smoke`) in a fresh process and judge it.
 
 This side never imports torch. It builds the child's environment (:func:`child_environment`:
 everything that silences torch_npu's fallback line is neutralised), runs the target interpreter,
@@ -113,7 +113,7 @@ class Options:
 def run_smoke(
     options: Options, device: str, steps: Sequence[str], env: Mapping[str, str]
 ) -> Smoke:
-    """Run ``python -m ascend_env.smoke`` once and collect its report and fd 2."""
+    """Run ``python -m ascend_env.checks.smoke`` once and collect its report and fd 2."""
     smoke = Smoke(device=device, steps=list(steps))
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
@@ -128,7 +128,8 @@ def run_smoke(
         except subprocess.TimeoutExpired:
             raise CheckFailed(
                 f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",
-                "run it by hand to see where it hangs: python -m ascend_env.smoke --report /tmp/r.json",
+                "run it by hand to see where it hangs: "
+                "python -m ascend_env.checks.smoke --report /tmp/r.json",
             ) from None
         except OSError as exc:
             raise UsageError(f"cannot run {options.python}: {exc.strerror or exc}.",
@@ -380,7 +381,8 @@ def judge(
             tail = "\n".join(smoke.stderr.strip().splitlines()[-5:]) or "no output"
             checks.append(_check("smoke test", False,
                                  f"the smoke test process exited {smoke.returncode} without a report: {tail}",
-                                 "run it by hand: python -m ascend_env.smoke --report /tmp/report.json"))
+                                 "run it by hand: python -m ascend_env.checks.smoke "
+                                 "--report /tmp/report.json"))
         elif "error" in smoke.report:
             error = smoke.report["error"]
             checks.append(_check("smoke test", False, f"{error['type']}: {error['problem']}",

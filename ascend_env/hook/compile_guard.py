@@ -2,7 +2,7 @@
 
 On the 910A family and on 310P torch_npu starts with JIT compile on, so op-plugin runs every op
 through ``acl_op``, which compiles each new input shape online; decoding changes shapes at every
-step (``ascend_env.socs``). Where the binary kernels are installed
+step (``ascend_env.detect.socs``). Where the binary kernels are installed
 (``<toolkit>/opp/built-in/op_impl/ai_core/tbe/kernel``, the ``Ascend-cann-kernels-<soc>``
 package), the startup hook calls ``torch_npu.npu.set_compile_mode(jit_compile=False)`` and sets
 ``torch.npu.config.allow_internal_format = False`` once torch_npu is imported, before the

@@ -1,6 +1,6 @@
 """The startup hook's files in a site-packages directory.
 
-Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env._boot` (standard library only,
+Three files: ``ascend_env_hook.py``, a copy of :mod:`ascend_env.hook.boot` (standard library only,
 it starts itself when imported under that name); ``ascend_env_hook.pth``, whose import line
 Python <= 3.14 runs; and the PEP 829 ``ascend_env_hook.start`` entry point, which Python >= 3.15
 runs instead (a ``.start`` file turns off the import lines of the ``.pth`` file with the same

@@ -1,8 +1,8 @@
 """What the startup hook does once an NPU backend is loaded, and the record of it.
 
 :func:`activate` runs after ``torch_npu`` has been imported (or the simulator enabled): for every
-fix in :mod:`ascend_env.fixes` whose op has no ``PrivateUse1`` kernel, it registers the
-replacement kernel from :mod:`ascend_env.ops` with ``torch.library``. Ops that already have a
+fix in :mod:`ascend_env.kernels.registry` whose op has no ``PrivateUse1`` kernel, it registers the
+replacement kernel from :mod:`ascend_env.kernels.isin` with ``torch.library``. Ops that already have a
 kernel (a native one, or one registered earlier) are left alone, so PyTorch never warns
 "Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
 one (their composite kernel calls it). :func:`status` is the in-process record.

@@ -1,10 +1,10 @@
 """The startup hook's second half, imported only once an NPU backend appears.
 
-:mod:`ascend_env._boot` (installed as ``ascend_env_hook``) stays small because every process
+:mod:`ascend_env.hook.boot` (installed as ``ascend_env_hook``) stays small because every process
 loads it. What it needs once ``torch_npu`` is imported lives here: :func:`find_and_wrap` finds
 the module with the other finders, takes the hook's finder off ``sys.meta_path`` and wraps the
 module's loader, so that :func:`notify` runs once the module has been executed; :func:`notify`
-registers the fixes of :mod:`ascend_env.runtime`, and the simulator calls it too. Both take the
+registers the fixes of :mod:`ascend_env.hook.runtime`, and the simulator calls it too. Both take the
 hook's record (``ascend_env_hook.STATE``): :func:`notify` keeps every exception in it, and the
 hook's ``find_spec`` keeps those of :func:`find_and_wrap`.
 """

@@ -1,7 +1,7 @@
 """The registry of NPU fixes: aten ops that some torch_npu releases run on the CPU, and what
 ascend-env registers for them under ``PrivateUse1``.
 
-Each fix names the op, the kernel from :mod:`ascend_env.ops` that replaces the CPU fallback (built
+Each fix names the op, the kernel from :mod:`ascend_env.kernels.isin` that replaces the CPU fallback (built
 only from ops that every torch_npu release runs natively), why it is needed, and the torch_npu
 releases that lack a native kernel. The runtime hook registers a fix only where
 ``torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1")`` says the kernel is missing,
@@ -25,7 +25,7 @@ _ISIN_REASON = (
     "copy back."
 )
 # torch_npu 2.1.0.post3 to 2.1.0.post6, every 2.2.x, and 2.3.1 lack aten::isin.Tensor_Tensor(_out);
-# 2.1.0.post8, 2.3.1.post2 and 2.4.0 on have it. Checked against the op tables in ascend_env.optables.
+# 2.1.0.post8, 2.3.1.post2 and 2.4.0 on have it. Checked against the op tables in ascend_env.sim.optables.
 _TENSOR_TENSOR_MISSING: Tuple[str, ...] = ("<2.1.0.post8", ">=2.2.0,<2.3.1.post2")
 _NO_KNOWN_RELEASE: Tuple[str, ...] = ()
 
@@ -35,7 +35,7 @@ class Fix:
     """One aten op overload and the kernel that ascend-env registers for it."""
 
     op: str  # "isin.Tensor_Tensor_out", as in aten::isin.Tensor_Tensor_out
-    kernel: str  # key of ascend_env.ops.ATEN_KERNELS
+    kernel: str  # key of ascend_env.kernels.isin.ATEN_KERNELS
     reason: str
     releases: Tuple[str, ...]  # PEP 440 specifier sets, any of which matches a release that needs it
     when_missing: Tuple[str, ...]  # the op falls back when none of these has an NPU kernel

@@ -4,7 +4,7 @@ Planning only reads: it finds the installed transformers, looks its version up i
 manifest, classifies each target file by hash as ``clean``, ``applied`` or ``conflict``
 (the reverse patch only as a fallback), and computes every new byte string in memory.
 Only then, under the lock and after finishing any interrupted run, does
-:func:`ascend_env.journal.commit` write anything.
+:func:`ascend_env.patching.journal.commit` write anything.
 """
 
 from __future__ import annotations

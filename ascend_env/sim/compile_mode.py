@@ -1,7 +1,7 @@
 """The simulated device's SoC and compile settings: which path op-plugin would run an op on.
 
 A process on the simulated NPU has one SoC, from ``$ASCEND_ENV_SIM_SOC`` (a full name or an
-alias, see ``ascend_env.socs``), else :data:`DEFAULT_SOC`, and the two settings a script can make
+alias, see ``ascend_env.detect.socs``), else :data:`DEFAULT_SOC`, and the two settings a script can make
 at run time through the simulated ``torch_npu`` API: ``set_compile_mode(jit_compile=...)`` and
 ``torch.npu.config.allow_internal_format``. Unset, JIT compile is the SoC's default
 (``socs.jit_compile_default``), and ``allow_internal_format`` is True, as torch_npu's device start

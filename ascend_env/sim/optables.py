@@ -1,6 +1,7 @@
 """The op tables of every torch_npu release on PyPI, shipped as package data.
 
-A release's table is the set of aten ops its ``supported:`` lists name (see ``ascend_env.oplists``):
+A release's table is the set of aten ops its ``supported:`` lists name (see
+``ascend_env.detect.npu_oplists``):
 the ops with a native NPU kernel. ``ascend_env/data/optables/optables.json`` holds them all, the
 first release in full and each later one as the ops added and removed relative to the one before;
 ``tools/gen_optables.py`` regenerates it from the wheels. The file also records whether a release's

@@ -141,18 +141,19 @@ def test_waits_for_the_torch_npu_import(hooked_env, fake_torch_npu):
 def test_a_hook_that_cannot_register_says_why(hooked_env):
     """The kernels cannot load (their module fails to import, as it did under torch 2.2 before
     ascend-env ran there): isin falls back as without the hook, and the record says why."""
-    breaker = "import sys; sys.modules['ascend_env.ops'] = None\n"
+    breaker = "import sys; sys.modules['ascend_env.kernels.isin'] = None\n"
     report, stderr = smoke(hooked_env, breaker + ENABLE_SIM.format(table="2.1.0.post6"))
     assert report["equal"] == [True] * 5
     assert "aten::isin.Tensor_Tensor_out" in report["fallbacks"] and CAUTION in stderr
     assert report["status"]["registered"] == [] and report["status"]["events"] == ["ascend_env.sim"]
-    assert any("ascend_env.ops" in error for error in report["status"]["errors"]), report["status"]
+    assert any("ascend_env.kernels.isin" in error for error in report["status"]["errors"]), report["status"]
 
 
 def test_registering_twice_is_harmless(hooked_env):
     code = (
         ENABLE_SIM.format(table="2.1.0.post6")
-        + "\nimport json, torch\nimport ascend_env_hook as boot\nfrom ascend_env import _watch, runtime\n"
+        + "\nimport json, torch\nimport ascend_env_hook as boot\n"
+        "from ascend_env import _watch\nfrom ascend_env.hook import runtime\n"
         "first = list(runtime.status()['registered'])\n"
         "again = runtime.activate('ascend_env.sim')\n_watch.notify(boot.STATE, 'ascend_env.sim')\n"
         "x = torch.tensor([1, 2], device='npu')\n"

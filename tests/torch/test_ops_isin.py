@@ -1,4 +1,4 @@
-"""``ascend_env.ops.isin`` against native ``torch.isin`` and a set-based reference.
+"""``ascend_env.kernels.isin.isin`` against native ``torch.isin`` and a set-based reference.
 
 Hypothesis settings: the ``ASCEND_ENV_HYPOTHESIS`` environment variable picks a profile
 (``default``, or ``big`` for ten times the examples). Failing examples are saved under
@@ -173,7 +173,7 @@ def native(elements: Operand, test: Operand, **kwargs) -> Union[torch.Tensor, Ex
         return exc
 
 
-# torch <= 2.3 has no CPU loop for float16 on isin's brute-force path (ascend_env.ops docstring).
+# torch <= 2.3 has no CPU loop for float16 on isin's brute-force path (ascend_env.kernels.isin docstring).
 HALF_GAP = "\"isin_default_cpu\" not implemented for 'Half'"
 
 

@@ -116,7 +116,7 @@ def check(isin: Callable, elements: torch.Tensor, test_elements) -> None:
 def native_answers(elements: torch.Tensor, test_elements: torch.Tensor) -> bool:
     """Whether the running torch's own isin gives an answer to compare with: torch <= 2.3 refuses
     bfloat16 and has no brute-force loop for float16, and torch 2.1 can find NaN elements (see
-    ascend_env.ops); the patches answer those cases as membership after promotion."""
+    ascend_env.kernels.isin); the patches answer those cases as membership after promotion."""
     try:
         torch.isin(elements, test_elements)
     except RuntimeError:

@@ -1,6 +1,6 @@
 """Start-up safety: the hook never breaks a process, whatever state ascend_env is in.
 
-Each case writes the hook's files (``ascend_env.hook.files()``) into a temporary site directory
+Each case writes the hook's files (``ascend_env.hook.files.files()``) into a temporary site directory
 and processes it with ``site.addsitedir`` in a fresh interpreter, as start-up would.
 """
 
@@ -88,7 +88,7 @@ def test_hook_exception_then_torch_npu_under_the_simulator(tmp_path):
         import ascend_env_hook as _boot
         from ascend_env.hook import runtime
         assert _boot.STATE.started and _boot.STATE.finder in sys.meta_path
-        sys.modules["ascend_env.ops"] = None  # "from ascend_env import ops" now raises
+        sys.modules["ascend_env.kernels.isin"] = None  # importing the kernel now raises
         import torch, torch_npu
         assert "torch_npu" in _boot.STATE.events
         assert any("ops" in e for e in _boot.STATE.errors), _boot.STATE.errors

@@ -1,7 +1,7 @@
 """The startup hook's stdlib half: cheap at start-up, waits for torch_npu, never breaks a process.
 
 Every test runs a fresh interpreter whose site directory holds the hook files (the module
-``ascend_env_hook``, a copy of ``ascend_env/_boot.py``, and its ``.pth``/``.start`` files), so the
+``ascend_env_hook``, a copy of ``ascend_env/hook/boot.py``, and its ``.pth``/``.start`` files), so the
 ``.pth`` line runs exactly as it does in a user's environment. No torch is needed: a fake ``torch_npu``
 package stands in, and what the hook does once it appears is recorded, error or not.
 """
@@ -256,9 +256,12 @@ def test_the_pth_line_only_imports_the_module_which_starts_itself():
 
 
 def test_imported_under_its_package_name_it_does_not_start(tmp_path: Path):
-    # ascend_env._boot is the source of the hook; importing it (as tests and hook.files() do)
+    # ascend_env.hook.boot is the source of the hook; importing it (as tests and hook.files() do)
     # must not put a finder into the importing process.
-    code = "from ascend_env import _boot\nprint(_boot.STATE.started, any(f is _boot for f in sys.meta_path))"
+    code = (
+        "from ascend_env.hook import boot\n"
+        "print(boot.STATE.started, any(f is boot for f in sys.meta_path))"
+    )
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False False"

@@ -168,7 +168,7 @@ def test_status_fails_when_the_hook_cannot_register(tmp_path: Path, patches):
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
     (site / "torch_npu").mkdir()
     (site / "torch_npu" / "__init__.py").write_text("__version__ = '2.1.0.post6'\n")
-    (site / "_break_kernels.pth").write_text("import sys; sys.modules['ascend_env.ops'] = None\n")
+    (site / "_break_kernels.pth").write_text("import sys; sys.modules['ascend_env.kernels.isin'] = None\n")
     result = status_in(python, "--json", "--patches-dir", str(patches))
     report = json.loads(result.stdout)
     assert result.returncode == 1 and report["ok"] is False
@@ -432,7 +432,9 @@ def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(s
     assert json.loads(on.stdout)["compile_guard"] is True and hook.compile_guard_setting(site) is True
     env_off = run_cli("install", *args, env={"ASCEND_ENV_COMPILE_GUARD": "0"})
     assert env_off.returncode == 0 and hook.compile_guard_setting(site) is False
-    status = json.loads(run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches)).stdout)
+    status = json.loads(
+        run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches)).stdout
+    )
     assert status["hook"]["compile_guard"] is False
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert snapshot(site) == before

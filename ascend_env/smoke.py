@@ -1,0 +1,10 @@
+"""``python -m ascend_env.smoke``, kept at its first path: see :mod:`ascend_env.checks.smoke`."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":
+    import sys
+
+    from ascend_env.checks.smoke import main
+
+    sys.exit(main())

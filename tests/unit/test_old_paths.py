@@ -1,0 +1,78 @@
+"""The import paths users and installed hooks already use keep working after the move to subpackages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ascend_env
+from ascend_env.hook import files as hook_files
+from ascend_env.hook import runtime as hook_runtime
+from ascend_env.hook import watch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_watch_forwarder_gives_installed_hooks_what_they_call():
+    # Every hook written into site-packages, by this release or an earlier one, runs
+    # "from ascend_env import _watch" and calls these two functions.
+    from ascend_env import _watch
+
+    assert _watch.find_and_wrap is watch.find_and_wrap
+    assert _watch.notify is watch.notify
+    source = hook_files.files()[hook_files.MODULE_FILE].decode()
+    assert source.count("from ascend_env import _watch") == 2
+    assert "_watch.find_and_wrap(" in source and "_watch.notify(" in source
+
+
+def test_the_watch_forwarder_is_light():
+    # The hook imports it in every process that imports torch_npu: it must not load the report,
+    # the patching engine or torch.
+    code = (
+        "import sys; from ascend_env import _watch; "
+        "print(sorted(m for m in sys.modules if m.startswith('ascend_env')), 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=str(ROOT))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("] ")[1].strip() == "False"
+    loaded = "['ascend_env', 'ascend_env._watch', 'ascend_env.hook', 'ascend_env.hook.watch']"
+    assert done.stdout.startswith(loaded)
+
+
+def test_detect_stays_importable_from_the_package():
+    from ascend_env.detect import Report, detect, report
+
+    assert detect is report.detect and Report is report.Report
+    with pytest.raises(ImportError):
+        from ascend_env.detect import no_such_name  # noqa: F401
+
+
+def test_runtime_status_and_sim_enable_keep_their_paths():
+    from ascend_env import runtime, sim
+
+    assert runtime.status is hook_runtime.status
+    assert callable(sim.enable)
+
+
+def test_ops_isin_keeps_its_path():
+    pytest.importorskip("torch")
+    from ascend_env import ops
+    from ascend_env.kernels import isin
+
+    assert ops.isin is isin.isin and ops.ATEN_KERNELS is isin.ATEN_KERNELS
+
+
+def test_the_smoke_module_still_runs_under_its_first_name():
+    for name in ("ascend_env.smoke", "ascend_env.checks.smoke"):
+        done = subprocess.run([sys.executable, "-m", name, "--help"], capture_output=True, text=True,
+                              timeout=60, cwd=str(ROOT))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("usage: python -m ascend_env.checks.smoke")
+
+
+def test_the_package_is_typed():
+    assert (Path(ascend_env.__file__).parent / "py.typed").is_file()
