@@ -4,32 +4,19 @@ Planning only reads: it finds the installed transformers, looks its version up i
 manifest, classifies each target file by hash as ``clean``, ``applied`` or ``conflict``
 (the reverse patch only as a fallback), and computes every new byte string in memory.
 Only then, under the lock and after finishing any interrupted run, does
-:func:`ascend_env.patching.journal.commit` write anything.
+:func:`ascend_env.patching.store.commit` write anything.
 """
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
-from ascend_env.patching.journal import (
-    Change,
-    Journal,
-    commit,
-    drop_bytecode,
-    needs_recovery,
-    read_blob,
-    read_journal,
-    recover,
-)
-from ascend_env.patching.locking import locked
 from ascend_env.patching.manifest import (
     Manifest,
     NothingToDo,
@@ -40,12 +27,20 @@ from ascend_env.patching.manifest import (
     read_patch_text,
 )
 from ascend_env.patching.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
-from ascend_env.patching.state import (
+from ascend_env.patching.store import (
+    Change,
     Entry,
+    Journal,
     State,
+    commit,
     drift,
+    drop_bytecode,
     file_sha256,
+    locked_and_recovered,
+    needs_recovery,
+    read_blob,
     read_file,
+    read_journal,
     read_state,
     state_dir,
     unchecked_stale_bytecode,
@@ -327,27 +322,6 @@ def _refuse_conflicts(files: List[FileStatus]) -> None:
 # -- install ---------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _locked_and_recovered(site_packages: Path) -> Iterator[Optional[str]]:
-    """Hold the lock with any interrupted run finished; yields that run's action, or None.
-
-    Finishing an interrupted restore removes ``.ascend-env/`` and the lock file in it; the lock
-    is then taken again, so that writes never happen under a lock another run cannot see.
-    """
-    recovered: Optional[str] = None
-    while True:
-        with locked(state_dir(site_packages)) as lock:
-            inode = os.stat(lock).st_ino
-            recovered = recover(site_packages) or recovered
-            try:
-                kept = os.stat(lock).st_ino == inode  # our open lock file keeps its inode unused
-            except FileNotFoundError:
-                kept = False
-            if kept:
-                yield recovered
-                return
-
-
 @dataclass
 class Plan:
     site_packages: Path
@@ -530,12 +504,12 @@ def install(
             plan.report["bytecode_dropped"] = dropped
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
-    with _locked_and_recovered(site_packages) as recovered:
+    with locked_and_recovered(site_packages) as recovered:
         plan = plan_install(site_packages, **kwargs)  # again: another run may have changed things
         if plan.changes:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
         elif read_state(site_packages) is None:
-            from ascend_env.patching.journal import remove_directory
+            from ascend_env.patching.store import remove_directory
 
             remove_directory(site_packages)
     if recovered:
@@ -656,12 +630,12 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
     if plan.report["result"] == "nothing to restore" and not state_dir(site_packages).exists():
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
-    with _locked_and_recovered(site_packages) as recovered:
+    with locked_and_recovered(site_packages) as recovered:
         plan = plan_restore(site_packages)
         if read_state(site_packages) is not None:
             commit(site_packages, Journal("restore", tuple(plan.changes), None), plan.blobs)
         else:
-            from ascend_env.patching.journal import remove_directory
+            from ascend_env.patching.store import remove_directory
 
             remove_directory(site_packages)
     if recovered:
