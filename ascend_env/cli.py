@@ -14,11 +14,9 @@ from types import ModuleType
 from typing import Dict, List, NoReturn, Optional, Sequence
 
 from ascend_env import __version__
-from ascend_env.exceptions import AscendEnvError, NotBuiltError
+from ascend_env.exceptions import AscendEnvError
 from ascend_env.output import write_json
 
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 
 COMMANDS: Dict[str, str] = {
@@ -32,14 +30,8 @@ COMMANDS: Dict[str, str] = {
 }
 
 
-def _load(name: str) -> Optional[ModuleType]:
-    module_name = "ascend_env.commands." + name.replace("-", "_")
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
+def _load(name: str) -> ModuleType:
+    return importlib.import_module("ascend_env.commands." + name.replace("-", "_"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser for every subcommand, built or not."""
+    """The parser for every subcommand."""
     parser = _Parser(
         prog="ascend-env",
         description="Make transformers generation run fully on Ascend NPUs.",
@@ -61,11 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, summary in COMMANDS.items():
         sub = subparsers.add_parser(name, help=summary, description=summary)
         sub.add_argument("--json", action="store_true", help="write machine-readable JSON to stdout")
-        module = _load(name)
-        if module is not None:
-            module.configure(sub)
-        else:
-            sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        _load(name).configure(sub)
     return parser
 
 
@@ -85,13 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        module = _load(args.command)
-        if module is None:
-            raise NotBuiltError(
-                f"'{args.command}' is not built yet in ascend-env {__version__}.",
-                "use a newer release of ascend-env, or one of the commands that exist.",
-            )
-        return int(module.run(args))
+        return int(_load(args.command).run(args))
     except AscendEnvError as exc:
         return report_error(exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:

@@ -27,10 +27,6 @@ class UsageError(AscendEnvError):
     """The command line was wrong."""
 
 
-class NotBuiltError(UsageError):
-    """A subcommand exists in the design but has no implementation yet."""
-
-
 class EnvironmentProblem(AscendEnvError):
     """The environment cannot be read or changed as asked."""
 

@@ -119,7 +119,7 @@ def activate(source: str) -> List[str]:
         try:
             if RECORD.library is None:
                 RECORD.library = torch.library.Library("aten", "IMPL")
-            RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.kernel], DISPATCH_KEY)
+            RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.op], DISPATCH_KEY)
             RECORD.registered.append(fix.op)
             registered.append(fix.op)
         except Exception as exc:  # one failed op must not stop the others

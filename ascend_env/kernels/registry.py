@@ -34,8 +34,7 @@ _NO_KNOWN_RELEASE: Tuple[str, ...] = ()
 class Fix:
     """One aten op overload and the kernel that ascend-env registers for it."""
 
-    op: str  # "isin.Tensor_Tensor_out", as in aten::isin.Tensor_Tensor_out
-    kernel: str  # key of ascend_env.kernels.isin.ATEN_KERNELS
+    op: str  # "isin.Tensor_Tensor_out", as in aten::isin.Tensor_Tensor_out; the key of ATEN_KERNELS
     reason: str
     releases: Tuple[str, ...]  # PEP 440 specifier sets, any of which matches a release that needs it
     when_missing: Tuple[str, ...]  # the op falls back when none of these has an NPU kernel
@@ -57,7 +56,7 @@ class Fix:
 
 def _fix(op: str, out: Optional[str], releases: Tuple[str, ...]) -> Fix:
     """A fix for ``op``; a functional ``op`` falls back only when its ``out=`` form does too."""
-    return Fix(op, op, _ISIN_REASON, releases, (op,) if out is None else (op, out))
+    return Fix(op, _ISIN_REASON, releases, (op,) if out is None else (op, out))
 
 
 FIXES: Tuple[Fix, ...] = (

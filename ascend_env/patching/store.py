@@ -38,7 +38,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
@@ -592,7 +592,7 @@ def remove_directory(site_packages: Path) -> None:
     """Remove ``.ascend-env/`` (the lock file last, so waiters notice it went)."""
     directory = state_dir(site_packages)
     for child in list(directory.iterdir()) if directory.is_dir() else []:
-        if child.name == "lock":
+        if child.name == LOCK_FILE:
             continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
@@ -707,8 +707,3 @@ def needs_recovery(site_packages: Path) -> bool:
         return any(path.name not in keep for path in originals.iterdir())
     except FileNotFoundError:  # a finishing restore removed it meanwhile
         return False
-
-
-def blob_map(items: Iterable[bytes]) -> Dict[str, bytes]:
-    """``{sha256: bytes}`` for ``items``."""
-    return {_sha256_hex(data): data for data in items}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -38,21 +37,6 @@ def test_unknown_subcommand_is_a_usage_error():
 
 def test_no_subcommand_is_a_usage_error():
     assert run_cli().returncode == 2
-
-
-def test_unbuilt_subcommand_says_so_and_exits_2(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_load", lambda name: None)
-    assert cli.main(["audit"]) == 2
-    assert "not built yet" in capsys.readouterr().err
-
-
-def test_unbuilt_subcommand_json(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_load", lambda name: None)
-    assert cli.main(["audit", "--json"]) == 2
-    payload = json.loads(capsys.readouterr().out)
-    assert payload["ok"] is False
-    assert payload["error"] == "NotBuiltError"
-    assert payload["fix"]
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
