@@ -79,7 +79,7 @@ def fake_torch_npu(tmp_path_factory) -> Path:
     (root / "torch_npu").mkdir()
     (root / "torch_npu" / "__init__.py").write_text(
         "__version__ = '2.1.0.post6'\n"
-        "from ascend_env import optables as _tables, sim as _sim\n"
+        "from ascend_env import sim as _sim\nfrom ascend_env.sim import optables as _tables\n"
         "_sim.enable_ops('torch_npu 2.1.0.post6', _tables.load('2.1.0.post6'))\n"
     )
     return root

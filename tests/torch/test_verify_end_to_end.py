@@ -138,7 +138,7 @@ def device_torch_npu(tmp_path_factory) -> Path:
         "supported:\n" + "".join(f"  - {op}\n" for op in ops))
     (package / "__init__.py").write_text(
         "from pathlib import Path as _Path\n"
-        "from ascend_env import oplists as _oplists, sim as _sim\n"
+        "from ascend_env import sim as _sim\nfrom ascend_env.detect import npu_oplists as _oplists\n"
         "__version__ = '2.13.0'\n"
         "_sim.enable_ops('2.13.0', _oplists.read_torch_npu(_Path(__file__).parent), True)\n"
         # Recent transformers (4.57 here) imports it from torch_npu once that is importable (NPU
