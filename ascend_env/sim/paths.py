@@ -20,10 +20,12 @@ a script that calls ``set_compile_mode`` mid-run is modelled from there on. Then
   depends on the data (``nonzero``, ``masked_select``, boolean indexing, ...), counted per op and
   per Python call site (the first frame outside torch).
 
-Steps: ``StoppingCriteriaList.__call__`` runs once per iteration of the decoding loop in every
-transformers release from 4.40 to 5.x (``_greedy_search`` / ``_sample`` / ``_beam_search``), so
-each return from it (inside ``GenerationMixin.generate``) closes one step; step 0 holds the
-prompt's forward pass and ``generate()``'s set-up. Importing this module imports no torch.
+Steps: the decoding loops call ``StoppingCriteriaList.__call__`` once per iteration
+(``unfinished_sequences & ~stopping_criteria(input_ids, scores)`` in transformers 4.46.3's
+``_sample``, ``generation/utils.py``; the same line ends the loop of ``_greedy_search`` / ``_sample``
+in the 4.40 releases), so each return from it inside ``GenerationMixin.generate`` closes one step.
+Step 0 holds ``generate()``'s set-up and the prompt's forward pass; what runs after the last step
+(the loop's final check) is reported apart. Importing this module imports no torch.
 """
 
 from __future__ import annotations
