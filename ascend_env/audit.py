@@ -141,7 +141,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, soc: Optional[s
     }
     if paths:
         findings["soc"] = chosen_soc
-        findings["paths"] = sim_paths.summarize(reports)
+        findings["paths"] = sim_paths.summarize(reports, chosen_soc)
     return findings
 
 

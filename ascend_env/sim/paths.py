@@ -589,8 +589,9 @@ COUNTS = ("would_compile", "host_syncs", "warnings_64bit")
 STEP_KEYS = COUNTS + ("would_compile_by_op", "host_syncs_by_site")
 
 
-def summarize(reports: List[dict]) -> dict:
-    """The paths findings of every process that modelled them, for the audit's report."""
+def summarize(reports: List[dict], soc: Optional[Mapping[str, Any]] = None) -> dict:
+    """The paths findings of every process that modelled them, for the audit's report; ``soc`` is
+    the audit's :func:`choose_soc` (the processes cannot tell an assumed SoC from a chosen one)."""
     totals = {key: collections.Counter() for key in (
         "would_compile_by_op", "would_compile_by_site", "host_syncs_by_op", "host_syncs_by_site")}
     warnings: List[dict] = []
@@ -608,7 +609,8 @@ def summarize(reports: List[dict]) -> dict:
                          "after_last_step": {key: run["after"][key] for key in COUNTS}})
     first = processes[0]["paths"] if processes else {}
     return {
-        "soc": first.get("soc"), "soc_assumed": first.get("soc_assumed"),
+        "soc": soc["name"] if soc else first.get("soc"),
+        "soc_assumed": soc["assumed"] if soc else first.get("soc_assumed"),
         "jit_compile_at_exit": first.get("jit_compile"), "op_paths": first.get("op_paths"),
         "op_paths_source": first.get("op_paths_source"), "steady_from": STEADY_FROM,
         "processes": len(processes),

@@ -84,3 +84,11 @@ def test_text_collapses_equal_steady_steps():
     assert "    2-6                  9           1       0 each" in lines
     assert "    7                    8           1       0" in lines
     assert "    steady state (steps 2-7): 8-9 would compile and 1 host syncs per step" in lines
+
+
+def test_an_assumed_soc_is_said_to_be_assumed():
+    soc = paths.choose_soc(None, {})
+    lines = paths.format_text(paths.summarize([report([(1, 1)])], soc))
+    assert lines[0].startswith("dispatch paths on SoC Ascend910B1 (assumed: pass --soc, or set $ASCEND_ENV_SOC)")
+    chosen = paths.format_text(paths.summarize([report([(1, 1)])], paths.choose_soc("910A", {})))
+    assert chosen[0].startswith("dispatch paths on SoC Ascend910A, JIT compile on")
