@@ -57,7 +57,9 @@ DATA_DEPENDENT = frozenset({
     "unique_consecutive", "unique_dim_consecutive", "bincount", "repeat_interleave.Tensor",
 })
 INDEX_OPS = frozenset({"index.Tensor", "index_put", "index_put_", "_index_put_impl_"})
-COPY_TO_HOST = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize"})
+# Copies that can move device data to the host. torch_npu registers to.device / to.dtype_layout /
+# to.other itself, so they reach the dispatch mode before becoming _to_copy.
+COPY_TO_HOST = frozenset({"_to_copy", "to", "copy_", "_copy_from", "_copy_from_and_resize"})
 
 # The conditions of the four 64-bit warnings, from op-plugin's acl_op sources (v6.0.rc2-pytorch2.1.0
 # pins op-plugin b761d5824d7bc3f48033fe7120552cc2cfbce56d, op_plugin/ops/base_ops/aclops/):
@@ -323,14 +325,27 @@ def _host_sync(name: str, args: tuple, kwargs: dict) -> bool:
         masks = (torch.bool, torch.uint8)
         return any(isinstance(i, torch.Tensor) and i.dtype in masks for i in indices or ())
     if base in COPY_TO_HOST:
-        if base == "_to_copy":
-            device = kwargs.get("device")
-            return device is not None and torch.device(device).type == "cpu"
+        if base in ("_to_copy", "to"):
+            source = args[0] if args else kwargs.get("self")
+            if not isinstance(source, torch.Tensor) or source.device.type != DEVICE:
+                return False
+            return any(_host_device(target) for target in list(args[1:]) + list(kwargs.values()))
         # copy_(self=destination, src): a device source written into a host tensor
         dst, src = (args + (None, None))[:2]
         return isinstance(dst, torch.Tensor) and dst.device.type == "cpu" and \
             isinstance(src, torch.Tensor) and src.device.type == DEVICE
     return False
+
+
+def _host_device(value: Any) -> bool:
+    """Whether ``value`` (a ``to`` / ``_to_copy`` argument) names the CPU: a device or a CPU tensor."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "cpu"
+    if isinstance(value, torch.device):
+        return value.type == "cpu"
+    return isinstance(value, str) and value.split(":", 1)[0] == "cpu"
 
 
 def _warns_64bit(warning: oppaths.Warning64, name: str, args: tuple, kwargs: dict) -> bool:

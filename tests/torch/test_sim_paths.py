@@ -168,3 +168,42 @@ def test_text_report_shows_the_step_table(capsys, script):
     assert "    step     would compile  host syncs  64-bit" in out
     assert f"    steady state (steps 2-{NEW_TOKENS - 1}): " in out and " and 2 host syncs per step" in out
     assert "a simulated count, not a hardware measurement" in out
+
+
+OPS_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    x = torch.arange(6, device="npu")                      # int64
+    i = torch.tensor([0, 2], device="npu")
+    for _ in range(2):                                     # each warning once per process
+        x + x                                              # AddKernelNpu.cpp:82
+        x.ne(x)                                            # NeKernelNpu.cpp:28 (Tensor other)
+        x.ne(3)                                            # NeKernelNpu.cpp:45 (Scalar other)
+        torch.gather(x, 0, i)                              # GatherKernelNpu.cpp:33
+        torch.index_select(x, 0, i)                        # IndexSelectKernelNpu.cpp:33
+    x + 1                                                  # a CPU scalar: Adds, no warning
+    x.int() + x.int()                                      # int32: no warning
+    x.float().add(x.float(), alpha=2)                      # AxpyV2, no warning
+    syncs = [x.sum().item(), x.cpu(), torch.nonzero(x), x[x > 2], bool(x[0])]
+    """
+)
+
+
+@pytest.mark.parametrize("soc, lines", [
+    ("910A", ["AddKernelNpu.cpp:82", "NeKernelNpu.cpp:28", "NeKernelNpu.cpp:45", "GatherKernelNpu.cpp:33",
+              "IndexSelectKernelNpu.cpp:33"]),
+    ("910B", []),
+])
+def test_the_four_64bit_warnings_and_the_host_syncs_outside_generate(capfd, tmp_path, soc, lines):
+    path = tmp_path / "ops.py"
+    path.write_text(OPS_SCRIPT, encoding="utf-8")
+    code, report, err = audit(capfd, str(path), "--soc", soc, "--fail-on", "64bit")
+    assert code == (1 if lines else 0)
+    printed = [line.split("]", 1)[0][3:] for line in err.splitlines() if line.startswith("[W ") and
+               "High Accuracy but Low Performance" in line]
+    assert printed == lines
+    assert [w["count"] for w in report["paths"]["warnings_64bit"]] == [2] * len(lines)
+    syncs = report["paths"]["host_syncs_by_op"]
+    # x.cpu() reaches the mode as to.dtype_layout: torch_npu 2.1.0.post6 registers it (its op table)
+    assert syncs == {"_local_scalar_dense": 2, "to.dtype_layout": 1, "nonzero": 1, "index.Tensor": 1}
+    assert all(site.startswith(str(path) + ":") for site in report["paths"]["host_syncs_by_site"])
