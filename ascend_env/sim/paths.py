@@ -365,7 +365,7 @@ def _warns_64bit(warning: oppaths.Warning64, name: str, args: tuple, kwargs: dic
     elif warning.scalar_other != scalar_other:
         return False
     try:
-        promoted = torch.result_type(self, other)
+        promoted = torch.result_type(self, other)  # type: ignore[arg-type]
     except (RuntimeError, TypeError):
         return False
     return promoted == torch.int64
@@ -422,7 +422,7 @@ def start() -> Model:
             + str(len(oppaths.releases())) + " known releases)",
         )
     compile_mode.soc()  # a bad $ASCEND_ENV_SIM_SOC fails here, before anything runs
-    model = Model(data, frozenset(sim._STATE.get("ops", frozenset())))  # type: ignore[arg-type]
+    model = Model(data, frozenset(sim._STATE.get("ops", frozenset())))  # type: ignore[call-overload]
     _MODEL.append(model)
     _push_mode(model)
     _hook_transformers(model)
@@ -545,7 +545,7 @@ class _Finder:
             original(module)
             wrap(module)
 
-        spec.loader = _Loader(loader, exec_module)
+        spec.loader = _Loader(loader, exec_module)  # type: ignore[assignment]
         return spec
 
 
@@ -607,7 +607,7 @@ STEP_KEYS = COUNTS + ("would_compile_by_op", "host_syncs_by_site")
 def summarize(reports: List[dict], soc: Optional[Mapping[str, Any]] = None) -> dict:
     """The paths findings of every process that modelled them, for the audit's report; ``soc`` is
     the audit's :func:`choose_soc` (the processes cannot tell an assumed SoC from a chosen one)."""
-    totals = {key: collections.Counter() for key in (
+    totals: Dict[str, collections.Counter] = {key: collections.Counter() for key in (
         "would_compile_by_op", "would_compile_by_site", "host_syncs_by_op", "host_syncs_by_site")}
     warnings: List[dict] = []
     runs: List[dict] = []
