@@ -89,6 +89,7 @@ def test_text_collapses_equal_steady_steps():
 def test_an_assumed_soc_is_said_to_be_assumed():
     soc = paths.choose_soc(None, {})
     lines = paths.format_text(paths.summarize([report([(1, 1)])], soc))
-    assert lines[0].startswith("dispatch paths on SoC Ascend910B1 (assumed: pass --soc, or set $ASCEND_ENV_SOC)")
+    assumed = "dispatch paths on SoC Ascend910B1 (assumed: pass --soc, or set $ASCEND_ENV_SOC)"
+    assert lines[0].startswith(assumed)
     chosen = paths.format_text(paths.summarize([report([(1, 1)])], paths.choose_soc("910A", {})))
     assert chosen[0].startswith("dispatch paths on SoC Ascend910A, JIT compile on")
