@@ -36,7 +36,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ascend_env import oppaths
+from ascend_env import compile_guard, oppaths
 from ascend_env.sim import compile_mode
 
 __all__ = [
@@ -566,7 +566,7 @@ class _Loader:
 # ----------------------------------------------------------------- the audit's side (no torch)
 
 FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit")
-MACHINE_SOC_ENV = "ASCEND_ENV_SOC"
+MACHINE_SOC_ENV = compile_guard.SOC_VARIABLE  # the machine's SoC, as the guard reads it
 
 
 def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
