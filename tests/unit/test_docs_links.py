@@ -32,8 +32,9 @@ def test_readme_is_short_and_keeps_the_setup_and_test_commands():
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 110
     assert TEST_COMMAND in lines
-    assert "pip install ." in lines
-    assert "python -m ascend_env install && python -m ascend_env verify" in lines
+    # A machine with only Python: the problem on the simulated NPU, then the fix.
+    assert 'pip install ".[sim]" && python -m ascend_env verify --torch-npu 2.1.0.post6' in lines
+    assert "python -m ascend_env install && python -m ascend_env verify --torch-npu 2.1.0.post6" in lines
 
 
 def test_broken_files_anchors_and_repository_paths_are_reported(tmp_path):
