@@ -43,3 +43,13 @@ def _encodable(text: str, stream: TextIO) -> str:
     encoding = getattr(stream, "encoding", None) or "utf-8"
     escaped = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return escaped.encode(encoding, "backslashreplace").decode(encoding)
+
+
+def continued(text: str, indent: str = "    ") -> str:
+    """``text`` with every line after the first indented by ``indent`` (blank lines dropped).
+
+    A multi-line message (torch_npu's ImportError, a traceback) inside an indented report would
+    otherwise start its later lines at column 0, where they read as lines of the report itself.
+    """
+    lines = [line.rstrip() for line in str(text).splitlines() if line.strip()]
+    return ("\n" + indent).join(lines)

@@ -2,7 +2,10 @@
 
 Usage::
 
-    python bench/isin.py [--rounds 15] [--threads 1] [--quick] [--only GROUP]
+    python bench/isin.py [--rounds 15] [--threads 1] [--quick] [--only GROUP] [--json PATH]
+
+``--json PATH`` also writes the figures to ``PATH`` (as ``bench/results/isin.json`` holds them;
+the docs build renders that file into the manual's table).
 
 Every candidate runs on the same tensors in the same rounds (their order rotating per round);
 each figure is the median over the rounds of its time per call divided by native ``torch.isin``'s
@@ -28,12 +31,15 @@ Not a test: timings depend on the machine and its load. Ratios come from one run
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+from bench_tables import ISIN_HEADER, isin_row, write
 
 from ascend_env.kernels.isin import isin
 
@@ -140,12 +146,6 @@ def seed_estimate(elements: torch.Tensor, test: torch.Tensor) -> Tuple[float, bo
     return statistics.median(timings) * flat.numel() / prefix, prefix < flat.numel()
 
 
-def ratio(value: Optional[float], approx: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    return f"{'~' if approx else ''}{value:.2f}x"
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="timing rounds per case (median)")
@@ -153,14 +153,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per case, at least 3 rounds")
     parser.add_argument("--quick", action="store_true", help="skip the 1e7 x 1e5 cases")
     parser.add_argument("--only", choices=["eos", "vocab", "large"], help="one group of cases")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     friendly = mps_friendly()
 
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of up to {args.rounds} rounds")
     print()
-    print("| case | native | ours | ours, bound | seed patch | ours vs seed | mps_friendly | mps branch |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(ISIN_HEADER))
+    rows: List[Dict[str, Any]] = []
     for group, label, elements, test, bound in cases(args.quick):
         if args.only and group != args.only:
             continue
@@ -181,14 +182,30 @@ def main(argv: Optional[List[str]] = None) -> int:
             candidates["mps branch"] = lambda e=elements, t=test: mps_branch(e, t)
         base, ratios = measure(candidates, args.rounds, args.budget)
         seed, scaled = seed_estimate(elements, test)
-        ours = base * ratios["ours"]
-        print(
-            f"| {group}: {label} | {base * 1e6:,.1f} µs | {ratio(ratios['ours'])} "
-            f"| {ratio(ratios.get('bound'))} "
-            f"| {ratio(seed / base, scaled)} | {'~' if scaled else ''}{seed / ours:,.0f}x faster "
-            f"| {ratio(ratios.get('mps_friendly'))} | {ratio(ratios.get('mps branch'))} |",
-            flush=True,
-        )
+        row = {
+            "group": group,
+            "label": label,
+            "native_us": base * 1e6,
+            "ours": ratios["ours"],
+            "bound": ratios.get("bound"),
+            "seed": seed / base,
+            "seed_scaled": scaled,
+            "seed_vs_ours": seed / (base * ratios["ours"]),
+            "mps_friendly": ratios.get("mps_friendly"),
+            "mps_branch": ratios.get("mps branch"),
+        }
+        rows.append(row)
+        print(isin_row(row), flush=True)
+    if args.json is not None:
+        write(args.json, {
+            "bench": "isin",
+            "schema": 1,
+            "command": "python bench/isin.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "machine": f"{platform.machine()}, {platform.processor() or 'unknown processor'}",
+            "rows": rows,
+        })
     return 0
 
 

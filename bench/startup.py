@@ -14,13 +14,15 @@ interpreter imports: torch requires setuptools, so every environment the hook is
 that ``.pth`` file, and start-up there already pays for reading a ``.pth`` file and importing a
 module from site-packages. Without an importable setuptools the second set is skipped.
 
-    python bench/startup.py [--runs 400] [--floor]
+    python bench/startup.py [--runs 400] [--floor] [--no-bytecode] [--json PATH]
 
 Runs go round all environments, the order rotating each round. For each environment the report
 gives the median wall time and CPU time (user + system, from ``wait4``) of one start, the added
 time (difference of medians), and the ratio to its set's ``plain``: the median over the rounds of
 the ratio within a round, so that load from other processes, which comes and goes, hits both
-sides alike. Not a test: timings depend on the machine and its load.
+sides alike. ``--json PATH`` also writes the figures to ``PATH`` (as ``bench/results/startup.json``
+holds them; the docs build renders that file into the manual's table). Not a test: timings depend
+on the machine and its load.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ import tempfile
 import time
 import venv
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+from bench_tables import STARTUP_HEADER, startup_row, write
 
 import ascend_env
 from ascend_env.hook import files as hook
@@ -100,6 +104,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--no-bytecode", action="store_true",
         help="start with PYTHONDONTWRITEBYTECODE=1, as images do, and also time the hook without its .pyc",
     )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
     kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": {**hook.files(), **hook.bytecode()}}
     if args.no_bytecode:
@@ -125,17 +130,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"python {sys.version.split()[0]}, {args.runs} starts each, rotating order")
     if setuptools is None:
         print(f"(no setuptools importable here: the set {SETUPTOOLS_SET!r} is skipped)")
-    print("| environment | wall | added | ratio | CPU | added | ratio |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(STARTUP_HEADER))
+    rows: List[Dict[str, Any]] = []
     for set_name, kind in envs:
+        row: Dict[str, Any] = {"environment": kind, "set": set_name}
         values, base = samples[set_name, kind], samples[set_name, "plain"]
-        cells = []
-        for index in (0, 1):
+        for index, name in ((0, "wall"), (1, "cpu")):
             median = statistics.median(v[index] for v in values)
-            added = median - statistics.median(b[index] for b in base)
-            ratio = statistics.median(v[index] / b[index] for v, b in zip(values, base))
-            cells += [f"{median * 1e3:.2f} ms", f"{added * 1e3:+.2f} ms", f"{ratio:.3f}"]
-        print(f"| {kind}, {set_name} | " + " | ".join(cells) + " |")
+            row[name + "_ms"] = median * 1e3
+            row[name + "_added_ms"] = (median - statistics.median(b[index] for b in base)) * 1e3
+            row[name + "_ratio"] = statistics.median(v[index] / b[index] for v, b in zip(values, base))
+        rows.append(row)
+        print(startup_row(row))
+    if args.json is not None:
+        write(args.json, {
+            "bench": "startup",
+            "schema": 1,
+            "command": "python bench/startup.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "python": sys.version.split()[0],
+            "runs": args.runs,
+            "no_bytecode": args.no_bytecode,
+            "rows": rows,
+        })
     return 0
 
 

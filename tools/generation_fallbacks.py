@@ -3,7 +3,7 @@
 For every release with a table this runs ``ascend-env audit --json --torch-npu <release>`` on the
 tiny GPT-2, Llama and Qwen2 models of ``tests/torch/conftest.py`` with every generation case there
 (the run also checks that the NPU tokens equal the CPU ones), then prints a Markdown table that
-groups releases with the same fallbacks. The README's table comes from this script.
+groups releases with the same fallbacks. The table in docs/simulator.md comes from this script.
 
 Usage::
 

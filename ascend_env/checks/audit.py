@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
-from ascend_env.sim import optables, startup
+from ascend_env.sim import compile_mode, optables, startup
+from ascend_env.sim import paths as sim_paths
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "sim" / "shim"
 
@@ -89,11 +90,13 @@ def collect(reports: Path) -> List[dict]:
     return sorted(found, key=lambda r: r.get("pid", 0))
 
 
-def run(command: Sequence[str], torch_npu: Optional[str] = None) -> dict:
+def run(command: Sequence[str], torch_npu: Optional[str] = None, soc: Optional[str] = None,
+        paths: bool = False) -> dict:
     """Run ``command`` on the simulated NPU and return the audit's findings.
 
     Keys: ``table``, ``command``, ``returncode``, ``processes`` (how many Python processes ran on
-    the simulator), ``errors`` (processes where it could not start), ``fallbacks`` (op -> count).
+    the simulator), ``errors`` (processes where it could not start), ``fallbacks`` (op -> count);
+    with ``paths``, ``soc`` and ``paths`` (``ascend_env.sim.paths.summarize``) on the SoC ``soc``.
     """
     if not command:
         raise UsageError(
@@ -101,8 +104,15 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None) -> dict:
             "put it after '--', e.g. ascend-env audit --torch-npu 2.1.0.post6 -- python my_script.py",
         )
     table = choose_table(torch_npu)
+    chosen_soc = sim_paths.choose_soc(soc) if paths or soc else None
+    if chosen_soc is not None:
+        table[compile_mode.SOC_ENV] = chosen_soc["name"]
+    if paths:
+        table[sim_paths.ENV] = "1"
     with tempfile.TemporaryDirectory(prefix="ascend-env-audit-") as scratch:
         env = audited_environment(table, Path(scratch))
+        if not paths:
+            env.pop(sim_paths.ENV, None)
         try:
             completed = subprocess.run(list(command), env=env)
         except OSError as exc:
@@ -120,7 +130,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None) -> dict:
             f"(the command exited {completed.returncode}).",
             "run a Python command that can import ascend_env and torch, e.g. -- python my_script.py",
         )
-    return {
+    findings = {
         "table": table["label"],
         "command": list(command),
         "returncode": completed.returncode,
@@ -128,11 +138,22 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None) -> dict:
         "errors": errors,
         "fallbacks": dict(sorted(totals.items(), key=lambda item: (-item[1], item[0]))),
     }
+    if paths:
+        findings["soc"] = chosen_soc
+        findings["paths"] = sim_paths.summarize(reports, chosen_soc)
+    return findings
 
 
-def exit_code(findings: dict) -> int:
-    """1 if any op fell back, the simulator failed to start, or the command failed; else 0."""
-    return 1 if findings["fallbacks"] or findings["errors"] or findings["returncode"] != 0 else 0
+def exit_code(findings: dict, fail_on: Sequence[str] = ("fallbacks",)) -> int:
+    """1 if the simulator failed to start, the command failed, or a finding of ``fail_on`` is
+    present (``fallbacks``; with ``--paths``: ``compiles``, ``syncs``, ``64bit``); else 0."""
+    if findings["errors"] or findings["returncode"] != 0:
+        return 1
+    if "fallbacks" in fail_on and findings["fallbacks"]:
+        return 1
+    if "paths" in findings and sim_paths.failing(findings["paths"], tuple(fail_on)):
+        return 1
+    return 0
 
 
 def format_text(findings: dict) -> str:
@@ -147,9 +168,13 @@ def format_text(findings: dict) -> str:
     where = f"{processes} Python process{'es' if processes != 1 else ''}"
     if not fallbacks:
         lines.append(f"no op fell back to the CPU ({where})")
+        if "paths" in findings:
+            lines += sim_paths.format_text(findings["paths"])
         return "\n".join(lines)
     lines.append(f"{len(fallbacks)} op{'s' if len(fallbacks) != 1 else ''} fell back to the CPU ({where}):")
     width = max(len(name) for name in fallbacks)
     for name, count in fallbacks.items():
         lines.append(f"  {name.ljust(width)}  {count}")
+    if "paths" in findings:
+        lines += sim_paths.format_text(findings["paths"])
     return "\n".join(lines)

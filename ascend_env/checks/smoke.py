@@ -10,7 +10,8 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``steps``: ``isin`` (every overload, ``out=`` included, against the CPU) and ``generate`` (a
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
-- ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings.
+- ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings;
+- ``compile``: after ``generate``, the compile mode it ran in (:func:`compile_record`).
 
 ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (set by the parent) is dropped from the environment before the
 backend starts when the release does not honour it. Where it is in force, the ``generate`` step runs
@@ -230,6 +231,58 @@ def check_generate(torch: Any, device: str) -> Dict[str, Any]:
             "transformers": transformers.__version__}
 
 
+def start_paths(backend: Mapping[str, Any]) -> Optional[str]:
+    """On the simulator, start the dispatch-path model (``ascend_env.sim.paths``), so that the
+    would-be online compiles of ``generate()`` are counted; why it cannot be, else None."""
+    if backend["kind"] != "simulator":
+        return None
+    from ascend_env import sim
+    from ascend_env.sim import oppaths
+
+    table = sim.enabled_table()
+    if oppaths.lookup(table) is None:
+        return f"no op-path data for the simulated table {table}"
+    from ascend_env.sim import paths
+
+    paths.start()
+    return None
+
+
+def compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional[str]) -> Dict[str, Any]:
+    """The compile mode as ``generate()`` ran: the SoC, JIT compile, the guard's record and, on the
+    simulator, the would-be online compiles of its steady state (the steps from ``STEADY_FROM``)."""
+    from ascend_env.detect import socs
+    from ascend_env.hook import runtime
+
+    guard = runtime.status().get("compile_guard")
+    if backend["kind"] != "simulator":
+        import torch_npu
+
+        check = getattr(getattr(torch_npu, "npu", None), "is_jit_compile_false", None)
+        name = str(torch.npu.get_device_name(0))
+        return {"soc": socs.lookup(name) or name, "soc_known": socs.lookup(name) is not None,
+                "jit_compile": None if check is None else not check(), "guard": guard}
+    from ascend_env.sim import compile_mode, paths
+
+    record: Dict[str, Any] = {"soc": compile_mode.soc(), "soc_known": True,
+                              "soc_assumed": compile_mode.soc_assumed(),
+                              "jit_compile": compile_mode.jit_compile(), "guard": guard}
+    found = paths.report()
+    if found is None:
+        record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
+        return record
+    by_op: Dict[str, int] = {}
+    steady = 0
+    for run in found["generate"]:
+        for step in run["steps"][paths.STEADY_FROM:]:
+            steady += step["would_compile"]
+            for op, count in step["would_compile_by_op"].items():
+                by_op[op] = by_op.get(op, 0) + count
+    record.update(steady_from=paths.STEADY_FROM, steady_would_compile=steady,
+                  steady_would_compile_by_op=dict(sorted(by_op.items(), key=lambda i: (-i[1], i[0]))))
+    return record
+
+
 def _fallbacks(kind: str) -> Dict[str, int]:
     if kind != "simulator":
         return {}
@@ -269,6 +322,8 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
 
     from ascend_env.hook import runtime
 
+    unmodelled = start_paths(backend) if "generate" in steps else None
+
     name = "npu:0"
     for step in steps:
         if step == "generate" and os.environ.get(FALLBACK_DISABLE) == "1":
@@ -285,6 +340,8 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
         result["seconds"] = round(time.monotonic() - started, 3)
         report["steps"][step] = result
     report["hook"] = runtime.status()
+    if "generate" in report["steps"]:
+        report["compile"] = compile_record(torch, backend, unmodelled)
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:

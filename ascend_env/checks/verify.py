@@ -353,6 +353,64 @@ def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Dict[
                                                                   "nothing (every isin overload is native)"))
 
 
+LOW_PERFORMANCE_64BIT = "Low Performance OP with 64-bit"
+
+
+def _guard_fix(record: Mapping[str, Any]) -> str:
+    """What to do about JIT compile being on, from what the compile-mode guard recorded."""
+    guard = record.get("guard") or {}
+    reason = str(guard.get("reason") or "")
+    soc = record.get("soc")
+    if guard.get("applied"):
+        return ("the guard turned JIT compile off and the code turned it back on: drop that "
+                "torch_npu.npu.set_compile_mode(jit_compile=True) call")
+    if "no binary kernels" in reason and soc:
+        from ascend_env.detect import socs
+
+        family = socs.family(soc).lower() if socs.lookup(soc) else "<soc>"
+        return (f"install the binary kernels (Ascend-cann-kernels-{family}); the startup hook then turns "
+                "JIT compile off")
+    if reason.startswith("turned off"):
+        return ("run python -m ascend_env install without --no-compile-guard, with "
+                "ASCEND_ENV_COMPILE_GUARD unset")
+    return ("run: python -m ascend_env install (its startup hook turns JIT compile off where the binary "
+            "kernels are installed)")
+
+
+def _compile_check(runs: Sequence[Smoke]) -> Optional[Dict[str, Any]]:
+    """No online compilation during ``generate()``: on a device, JIT compile off and no 64-bit
+    line; on the simulator, no would-be online compile in the steady state of its generation."""
+    record = next((s.report["compile"] for s in runs if "compile" in s.report), None)
+    if record is None:
+        return None
+    lines = [line for s in runs for line in s.stderr.splitlines() if LOW_PERFORMANCE_64BIT in line]
+    soc = record.get("soc")
+    jit = record.get("jit_compile")
+    said = "on" if jit else "off"
+    if "steady_would_compile" in record:
+        where = f"simulated {soc}" + (" (assumed: set ASCEND_ENV_SIM_SOC to model another)"
+                                      if record.get("soc_assumed") else "")
+        count = int(record["steady_would_compile"])
+        if count == 0:
+            return _check("compile mode", True, f"no online compiles in the steady state of generate() on "
+                          f"{where} (JIT compile {said}; modelled, not measured)")
+        ops = ", ".join(list(record.get("steady_would_compile_by_op", {}))[:4])
+        return _check("compile mode", False,
+                      f"{count} would-be online compiles in the steady state of generate() on {where} "
+                      f"(JIT compile on: each new shape compiles before it runs; {ops})", _guard_fix(record))
+    if "unmodelled" in record:
+        return _check("compile mode", True, f"not modelled ({record['unmodelled']}); JIT compile {said} "
+                      f"on simulated {soc}")
+    if jit is None:
+        return _check("compile mode", True, f"not checked: torch_npu has no is_jit_compile_false() ({soc})")
+    if jit or lines:
+        detail = f"JIT compile is on on {soc}: generate() compiles ops online" if jit else ""
+        if lines:
+            detail = (detail + "; " if detail else "") + f"torch_npu printed {lines[0].strip()}"
+        return _check("compile mode", False, detail, _guard_fix(record))
+    return _check("compile mode", True, f"JIT compile off on {soc}: prebuilt op_api kernels, no compiles")
+
+
 def judge(
     runs: Sequence[Smoke], strict: bool = False, simulator_reason: Optional[str] = None
 ) -> Dict[str, Any]:
@@ -406,6 +464,9 @@ def judge(
     if installation:
         checks.append(_patches_check(installation))
         checks.append(_hook_check(runs, installation))
+    compiled = _compile_check(runs)
+    if compiled is not None:
+        checks.append(compiled)
     others = {op: item for op, item in fallbacks.items() if not is_isin(op)}
     for op, item in others.items():
         times = f", {item['count']} times" if item["count"] else ""

@@ -1,4 +1,6 @@
-"""``ascend-env audit [--torch-npu VERSION] -- COMMAND...``: list the ops that fall back to the CPU."""
+"""``ascend-env audit [--torch-npu VERSION] [--paths] [--soc SOC] [--fail-on ...] -- COMMAND...``: list
+the ops that fall back to the CPU, and with ``--paths`` the would-be online compiles, 64-bit
+warnings and host syncs of torch_npu's dispatch paths."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import argparse
 
 from ascend_env.checks import audit
 from ascend_env.output import write_json, write_text
+from ascend_env.sim import paths as sim_paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -14,6 +17,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="VERSION",
         help="the torch_npu release whose op table to simulate "
         "(default: the installed torch_npu's own op lists, else the newest known release)",
+    )
+    parser.add_argument(
+        "--soc", metavar="SOC",
+        help="the Ascend SoC to simulate for --paths: 910A, 910B, 310P, ... or a full name "
+        "(default: $ASCEND_ENV_SOC, else Ascend910B1, assumed)",
+    )
+    parser.add_argument(
+        "--paths", action="store_true",
+        help="model torch_npu's dispatch paths: would-be online compiles, 64-bit warnings and host "
+        "syncs, per generate() step",
+    )
+    parser.add_argument(
+        "--fail-on", metavar="FINDINGS",
+        help="comma-separated findings that fail the audit: fallbacks, compiles, syncs, 64bit "
+        "(default: fallbacks; compiles, syncs and 64bit turn on --paths)",
     )
     parser.add_argument(
         "user_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -25,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.user_command)
     if command and command[0] == "--":
         command = command[1:]
-    findings = audit.run(command, args.torch_npu)
-    code = audit.exit_code(findings)
+    fail_on = sim_paths.parse_fail_on(args.fail_on)
+    paths = bool(args.paths) or any(kind != "fallbacks" for kind in fail_on)
+    findings = audit.run(command, args.torch_npu, soc=args.soc, paths=paths)
+    code = audit.exit_code(findings, fail_on)
     if args.json:
         write_json({"ok": code == 0, **findings})
     else:

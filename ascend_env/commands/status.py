@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.hook import files as hook
-from ascend_env.output import write_json, write_text
+from ascend_env.output import continued, write_json, write_text
 from ascend_env.patching import engine
 
 
@@ -27,7 +27,7 @@ def describe_hook(hook_status: dict) -> List[str]:
             if setting else "off (installed with --no-compile-guard)"))
     found = hook_status.get("probe", {})
     if found.get("error"):
-        lines.append(f"  startup hook: not checked in a fresh process: {found['error']}")
+        lines.append(f"  startup hook: not checked in a fresh process: {continued(found['error'])}")
     elif found.get("disabled"):
         lines.append("  startup hook: turned off by ASCEND_ENV_DISABLE in this environment")
     elif found.get("ran"):
@@ -36,7 +36,7 @@ def describe_hook(hook_status: dict) -> List[str]:
         elif found.get("backend_error"):
             lines.append(
                 "  startup hook: ran in a fresh process, but not checked there: torch_npu does not "
-                f"import ({found['backend_error']}); with CANN set up (set_env.sh) it can be, and "
+                f"import ({continued(found['backend_error'])}); with CANN set up (set_env.sh) it can be, and "
                 "verify checks it on the simulated NPU"
             )
         else:
@@ -47,7 +47,7 @@ def describe_hook(hook_status: dict) -> List[str]:
                 done = "turned JIT compile off" if guard.get("applied") else "left the compile mode alone"
                 why = guard.get("error") or guard.get("reason")
                 lines.append(f"  compile-mode guard: {done} there: {why}")
-        lines.extend(f"  startup hook error: {error}" for error in found.get("errors", []))
+        lines.extend(f"  startup hook error: {continued(error)}" for error in found.get("errors", []))
     else:
         lines.append("  startup hook: did not run in a fresh process")
     return lines

@@ -11,7 +11,7 @@ import sys
 import sysconfig
 from importlib import metadata
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Set
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -51,13 +51,56 @@ def name_of(dist: Distribution) -> str:
 
 
 def find_all(name: str, paths: Optional[Sequence[Path]] = None) -> List[Distribution]:
-    """Every installed distribution of project ``name``, in search order (first one wins)."""
+    """Every installed distribution of project ``name``, in search order (first one wins).
+
+    A metadata directory that another install of the project lists among its files is part of
+    that install, not one of its own: torch_npu's wheels (2.1.0.post6 among them) ship a
+    ``torch_npu.egg-info`` beside their ``.dist-info`` and list it in RECORD.
+    """
     wanted = canonicalize_name(name)
-    return [
+    found = [
         dist
         for dist in metadata.distributions(path=search_path(paths))
         if canonicalize_name(name_of(dist)) == wanted
     ]
+    if len(found) < 2:
+        return found
+    owned: Set[Path] = set()
+    for dist in found:
+        owned.update(_listed_metadata_dirs(dist))
+    return [dist for dist in found if not _is_listed(dist, owned)]
+
+
+def _listed_metadata_dirs(dist: Distribution) -> Set[Path]:
+    """The ``.egg-info`` / ``.dist-info`` directories among ``dist``'s RECORD entries, other than its own."""
+    own = metadata_dir(dist)
+    own_resolved = _resolved(own) if own is not None else None
+    try:
+        files = dist.files or []
+    except Exception:  # a broken RECORD lists nothing
+        return set()
+    listed: Set[Path] = set()
+    for entry in files:
+        parts = entry.parts
+        for depth, part in enumerate(parts[:-1]):
+            if part.endswith((".egg-info", ".dist-info")):
+                where = _resolved(Path(str(dist.locate_file(Path(*parts[: depth + 1])))))
+                if where is not None and where != own_resolved:
+                    listed.add(where)
+                break
+    return listed
+
+
+def _is_listed(dist: Distribution, owned: Set[Path]) -> bool:
+    path = metadata_dir(dist)
+    return path is not None and _resolved(path) in owned
+
+
+def _resolved(path: Path) -> Optional[Path]:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def find(name: str, paths: Optional[Sequence[Path]] = None) -> Optional[Distribution]:

@@ -1,7 +1,7 @@
 """The environment report behind ``ascend-env detect``: read files and metadata, import nothing.
 
 :func:`detect` returns a :class:`Report`; ``Report.to_dict()`` is the ``--json`` document
-(``schema`` 1, documented in README). Broken inputs end up in ``problems``, never as exceptions.
+(``schema`` 1, documented in docs/detect.md). Broken inputs end up in ``problems``, never as exceptions.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ The audit passes its choices in the environment:
 - ``ASCEND_ENV_AUDIT_OPLISTS``: a torch_npu package directory whose YAML op lists to run
   (``ASCEND_ENV_AUDIT_LABEL`` names it, ``ASCEND_ENV_AUDIT_FALLBACK_DISABLE=1`` if it honours
   ``TORCH_NPU_FALLBACK_CPU_DISABLE``);
-- ``ASCEND_ENV_AUDIT_REPORTS``: a directory where each process writes ``<pid>.json`` at exit.
+- ``ASCEND_ENV_AUDIT_REPORTS``: a directory where each process writes ``<pid>.json`` at exit;
+- ``ASCEND_ENV_AUDIT_PATHS=1``: model torch_npu's dispatch paths (``ascend_env.sim.paths``), with
+  the SoC of ``ASCEND_ENV_SIM_SOC``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             sim.enable_ops(environ.get(LABEL, environ[OPLISTS]), ops, environ.get(FALLBACK_DISABLE) == "1")
         else:
             sim.enable(environ.get(TORCH_NPU) or None)
+        from ascend_env.sim import paths
+
+        paths.start_from_environment(environ)
     except Exception as exc:  # reported to the audit, which fails with it
         _write(report, {"pid": os.getpid(), "argv": sys.argv, "error": str(exc)})
         sys.stderr.write(f"ascend-env audit: the simulated NPU could not start: {exc}\n")
@@ -51,11 +56,16 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
 
 def _report(report: Path) -> None:
     from ascend_env import sim
+    from ascend_env.sim import paths
 
-    _write(report, {
+    data = {
         "pid": os.getpid(), "argv": sys.argv, "table": sim.enabled_table(),
         "fallbacks": dict(sorted(sim.fallbacks().items())),
-    })
+    }
+    modelled = paths.report()
+    if modelled is not None:
+        data["paths"] = modelled
+    _write(report, data)
 
 
 def _write(path: Path, data: dict) -> None:

@@ -136,3 +136,41 @@ def test_a_script_that_sets_jit_compile_itself_keeps_it(guarded, kernels):
 
 def test_spawned_children_are_guarded_too(guarded, kernels):
     assert run(guarded, "310P", kernels, code=SPAWN) == [False, True]
+
+
+GENERATE = """
+import torch, transformers
+config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+torch.manual_seed(0)
+model = transformers.LlamaForCausalLM(config).eval().to("npu")
+ids = torch.tensor([[5, 6, 7, 8]], device="npu")
+with torch.no_grad():
+    model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, min_new_tokens=8,
+                   do_sample=False, pad_token_id=0)
+"""
+
+
+def audit_steady_compiles(python: Path, soc: str, toolkit: Path,
+                          env: Optional[Dict[str, str]] = None) -> list:
+    """``audit --paths --soc soc`` of a tiny Llama generate() run by ``python``: the would-be online
+    compiles of each steady decoding step."""
+    script = python.parent.parent / "generate.py"
+    script.write_text(GENERATE)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+    environ.update({"ASCEND_TOOLKIT_HOME": str(toolkit)}, **(env or {}))
+    done = subprocess.run([str(python), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--paths",
+                           "--soc", soc, "--json", "--", str(python), str(script)],
+                          capture_output=True, text=True, env=environ, timeout=600)
+    findings = json.loads(done.stdout)
+    (run,) = findings["paths"]["generate"]
+    return [step["would_compile"] for step in run["steps"][findings["paths"]["steady_from"]:]]
+
+
+@pytest.mark.parametrize("soc", ["910A", "310P"])
+def test_under_audit_the_guard_leaves_no_online_compile_in_decoding(guarded, kernels, soc):
+    unguarded_steps = audit_steady_compiles(guarded, soc, kernels, {"ASCEND_ENV_DISABLE": "1"})
+    assert len(unguarded_steps) >= 4 and all(count > 0 for count in unguarded_steps), unguarded_steps
+    assert audit_steady_compiles(guarded, soc, kernels) == [0] * len(unguarded_steps)

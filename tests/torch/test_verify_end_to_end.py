@@ -164,4 +164,43 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     # 2.13.0 runs every isin overload natively (isin.Scalar_Tensor through its out= form).
     assert result["hook"]["registered"] == []
     assert [check["name"] for check in result["checks"]] == [
-        "fallback line", "isin", "generate", "isin fallback", "patches", "hook"]
+        "fallback line", "isin", "generate", "isin fallback", "patches", "hook", "compile mode"]
+    # This stand-in has no torch_npu.npu.is_jit_compile_false(): reported, not failed.
+    assert "not checked" in result["checks"][-1]["detail"]
+
+
+@pytest.fixture(scope="module")
+def toolkits(tmp_path_factory) -> Dict[str, Path]:
+    """CANN toolkit stand-ins, with and without the binary kernels directory."""
+    root = tmp_path_factory.mktemp("toolkits")
+    (root / "kernels" / "opp" / "built-in" / "op_impl" / "ai_core" / "tbe" / "kernel" / "ascend910").mkdir(
+        parents=True)
+    (root / "none").mkdir()
+    return {"kernels": root / "kernels", "none": root / "none"}
+
+
+def compile_check(bin_dir: Path, env: Dict[str, str]) -> Dict[str, object]:
+    done = sh(bin_dir, "python -m ascend_env verify --torch-npu 2.1.0.post6 --json", env)
+    result = json.loads(done.stdout)
+    (check,) = [check for check in result["checks"] if check["name"] == "compile mode"]
+    return {"returncode": done.returncode, **check}
+
+
+def test_verify_fails_on_online_compiles_and_passes_with_the_guard(shared, toolkits):
+    """Simulated 910A: without the hook every steady decoding step would compile online (exit 1,
+    fix: install); with the hook and the binary kernels none does; without the kernels the guard
+    stays off and verify says to install them; on the default SoC it passes and says it assumed."""
+    setup = sh(shared, "python -m ascend_env restore && python -m ascend_env install --patches always")
+    assert setup.returncode == 0, setup.stderr
+    on_910a = {"ASCEND_ENV_SIM_SOC": "910A", "ASCEND_TOOLKIT_HOME": str(toolkits["kernels"])}
+    guarded = compile_check(shared, on_910a)
+    assert guarded["ok"] and guarded["returncode"] == 0, guarded
+    assert "no online compiles in the steady state of generate() on simulated Ascend910A" in guarded["detail"]
+    unhooked = compile_check(shared, {**on_910a, "ASCEND_ENV_DISABLE": "1"})
+    assert not unhooked["ok"] and unhooked["returncode"] == 1
+    assert "would-be online compiles in the steady state" in unhooked["detail"]
+    assert "ascend_env install" in unhooked["fix"]
+    no_kernels = compile_check(shared, {**on_910a, "ASCEND_TOOLKIT_HOME": str(toolkits["none"])})
+    assert not no_kernels["ok"] and "Ascend-cann-kernels-910a" in no_kernels["fix"]
+    assumed = compile_check(shared, {})
+    assert assumed["ok"] and "Ascend910B1 (assumed" in assumed["detail"]

@@ -108,3 +108,32 @@ def test_pre_commit_runs_what_ci_lint_runs():
     tox.read(root / "tox.ini")
     assert "lint" in tox["tox"]["labels"].split("test =")[1].splitlines()[0]
     assert tox["testenv:lint"]["commands"].strip()
+
+
+def test_the_sim_extra_pins_what_the_old_torch_envs_test():
+    """README's first command installs ``.[sim]``: on Python 3.8 / 3.9 / 3.10 it must bring exactly
+    the torch and numpy that CI's old-torch envs prove, and transformers exactly."""
+    import configparser
+    from pathlib import Path
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+    root = Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sim"]
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(root / "tox.ini")
+    section = tox["testenv:torch-{2.1.0,2.2.0,2.3.1}"]
+    pythons = {line.split(":")[0].strip(): line.split("python")[1].strip()
+               for line in section["base_python"].strip().splitlines()}
+    deps = [line.strip() for line in section["deps"].strip().splitlines()]
+    def chosen(python: str) -> set:
+        env = dict(default_environment(), python_version=python)
+        return {f"{r.name}{r.specifier}" for r in map(Requirement, extra)
+                if r.marker is None or r.marker.evaluate(env)}
+
+    for torch, python in pythons.items():
+        wanted = {line.split(": ")[1] for line in deps if line.startswith(f"{torch}:")}
+        assert chosen(python) >= wanted | {f"torch=={torch}", "transformers==4.46.3"}, torch
+    assert chosen("3.11") == {"torch==2.13.0", "transformers==4.46.3"}

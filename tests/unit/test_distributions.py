@@ -88,3 +88,37 @@ def test_site_packages_of_this_interpreter():
     assert paths and all(p.is_dir() for p in paths)
     assert len(paths) == len(set(paths))
     assert distributions.search_path(None)  # sys.path
+
+
+def _with_listed_egg_info(site: Path, listed: bool) -> None:
+    """torch_npu's wheel layout: a dist-info plus a ``torch_npu.egg-info`` that its RECORD may list."""
+    dist_info = install(site, "torch_npu-2.1.0.post6", package="torch_npu")
+    egg = site / "torch_npu.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: torch-npu\nVersion: 2.1.0.post6\n")
+    rows = ["torch_npu/__init__.py,,", f"{dist_info.name}/METADATA,,", f"{dist_info.name}/RECORD,,"]
+    if listed:
+        rows.append("torch_npu.egg-info/PKG-INFO,,")
+    (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+def test_egg_info_listed_in_record_is_not_another_install(tmp_path):
+    _with_listed_egg_info(tmp_path, listed=True)
+    found = distributions.find_all("torch_npu", [tmp_path])
+    assert [distributions.metadata_dir(d).name for d in found] == ["torch_npu-2.1.0.post6.dist-info"]
+
+
+def test_unlisted_egg_info_is_still_another_install(tmp_path):
+    _with_listed_egg_info(tmp_path, listed=False)
+    found = distributions.find_all("torch_npu", [tmp_path])
+    assert sorted(distributions.metadata_dir(d).name for d in found) == [
+        "torch_npu-2.1.0.post6.dist-info",
+        "torch_npu.egg-info",
+    ]
+
+
+def test_listed_egg_info_elsewhere_on_the_path_is_dropped_too(tmp_path):
+    """The egg-info is dropped wherever the search meets it, the listing dist-info found later."""
+    _with_listed_egg_info(tmp_path, listed=True)
+    found = distributions.find_all("torch_npu", [tmp_path, tmp_path])
+    assert {distributions.metadata_dir(d).name for d in found} == {"torch_npu-2.1.0.post6.dist-info"}

@@ -432,9 +432,7 @@ def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(s
     assert json.loads(on.stdout)["compile_guard"] is True and hook.compile_guard_setting(site) is True
     env_off = run_cli("install", *args, env={"ASCEND_ENV_COMPILE_GUARD": "0"})
     assert env_off.returncode == 0 and hook.compile_guard_setting(site) is False
-    status = json.loads(
-        run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches)).stdout
-    )
+    status = json.loads(run_cli("status", "--json", *args[1:]).stdout)
     assert status["hook"]["compile_guard"] is False
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert snapshot(site) == before

@@ -370,3 +370,48 @@ def test_a_python_without_ascend_env_exits_2(tmp_path):
     assert code == 2, err
     result = json.loads(out)
     assert result["error"] == "EnvironmentProblem" and "cannot import ascend_env" in result["problem"]
+
+
+SEED_64BIT = ("[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
+              "Low Performance OP with 64-bit has been used, Please Do Some Cast at Python Functions with "
+              "32-bit for Better Performance! (function operator())")
+NPU_BACKEND = {"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910A", "fallback_disable": False}
+
+
+def compile_checks(record: Dict[str, Any], stderr: str = "", **changes: Any) -> Dict[str, Any]:
+    result = judged(good_report(compile=record, **changes), stderr)
+    (check,) = [check for check in result["checks"] if check["name"] == "compile mode"]
+    return check
+
+
+@pytest.mark.parametrize("record, stderr, ok, words", [
+    # A device: JIT compile off passes; on fails, with the guard's state deciding the fix.
+    ({"soc": "Ascend910A", "jit_compile": False, "guard": {"applied": True}}, "", True, "JIT compile off"),
+    ({"soc": "Ascend910A", "jit_compile": True, "guard": None}, "", False, "JIT compile is on"),
+    ({"soc": "Ascend910B3", "jit_compile": False, "guard": None}, SEED_64BIT, False, "AddKernelNpu.cpp:82"),
+    ({"soc": "Ascend910A", "jit_compile": None, "guard": None}, "", True, "not checked"),
+])
+def test_compile_mode_on_a_device(record, stderr, ok, words):
+    check = compile_checks(record, stderr, backend=NPU_BACKEND)
+    assert check["ok"] is ok and words in check["detail"]
+    assert (check["fix"] is None) is ok
+
+
+@pytest.mark.parametrize("guard, fix", [
+    (None, "python -m ascend_env install"),
+    ({"applied": False, "reason": "no binary kernels (...)"}, "Ascend-cann-kernels-910a"),
+    ({"applied": False, "reason": "turned off (...)"}, "without --no-compile-guard"),
+    ({"applied": True, "reason": "..."}, "turned it back on"),
+])
+def test_compile_mode_fix_follows_what_the_guard_did(guard, fix):
+    record = {"soc": "Ascend910A", "soc_assumed": False, "jit_compile": True, "guard": guard,
+              "steady_would_compile": 60, "steady_would_compile_by_op": {"cat": 12}}
+    check = compile_checks(record)
+    assert not check["ok"] and "60 would-be online compiles" in check["detail"] and fix in check["fix"]
+
+
+def test_compile_mode_on_the_simulator_passes_without_compiles_and_says_what_it_assumed():
+    record = {"soc": "Ascend910B1", "soc_assumed": True, "jit_compile": False, "guard": None,
+              "steady_would_compile": 0}
+    check = compile_checks(record)
+    assert check["ok"] and "assumed" in check["detail"] and "modelled, not measured" in check["detail"]

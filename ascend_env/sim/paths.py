@@ -1,0 +1,723 @@
+"""torch_npu's two dispatch paths, modelled on the simulated NPU: would-be online compiles, the
+64-bit slow-path warnings and host syncs, per decoding step of ``generate()``.
+
+:func:`start` pushes a ``TorchDispatchMode`` that sees every aten op the process runs. For each op
+on ``npu`` tensors it decides the path op-plugin's generated wrapper would take
+(``op_plugin/OpInterface.cpp``: ``op_api::`` when ``CheckJitDisable()`` holds, else ``acl_op::``;
+an op with only an ``acl_op`` implementation always takes it), from the release's op-path data
+(:mod:`ascend_env.oppaths`) and :mod:`ascend_env.sim.compile_mode` as it stands at that moment, so
+a script that calls ``set_compile_mode`` mid-run is modelled from there on. Then:
+
+- on ``acl_op`` with JIT compile on, each new key (op, input shapes and dtypes, non-tensor
+  arguments) is one **would compile**: ``aclopCompileAndExecute`` compiles it online before it
+  runs. Nothing here measures hardware: the counts say what a real NPU would be asked to compile;
+- on ``acl_op``, the four ``TORCH_NPU_WARN_ONCE`` 64-bit warnings (``AddKernelNpu.cpp``,
+  ``NeKernelNpu.cpp``, ``GatherKernelNpu.cpp``, ``IndexSelectKernelNpu.cpp``) are printed with
+  the release's text and line, once per site per process, on fd 2, unless silenced as the
+  simulator's CAUTION line is (:func:`warnings_silenced`);
+- on any path, each device-to-host read is a **host sync**: ``_local_scalar_dense`` (``item()``,
+  ``bool()``, ``int()`` of a tensor), ``equal``, copies to the CPU, and ops whose output shape
+  depends on the data (``nonzero``, ``masked_select``, boolean indexing, ...), counted per op and
+  per Python call site (the first frame outside torch).
+
+Steps: the decoding loops call ``StoppingCriteriaList.__call__`` once per iteration
+(``unfinished_sequences & ~stopping_criteria(input_ids, scores)`` in transformers 4.46.3's
+``_sample``, ``generation/utils.py``; the same line ends the loop of ``_greedy_search`` / ``_sample``
+in the 4.40 releases), so each return from it inside ``GenerationMixin.generate`` closes one step.
+Step 0 holds ``generate()``'s set-up and the prompt's forward pass; what runs after the last step
+(the loop's final check) is reported apart. Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from ascend_env.hook import compile_guard
+from ascend_env.sim import compile_mode, oppaths
+
+__all__ = [
+    "ENV", "STEADY_FROM", "Bucket", "Model", "active", "report", "start", "start_from_environment",
+    "warnings_silenced",
+]
+
+ENV = "ASCEND_ENV_AUDIT_PATHS"
+# Steps 0 (the prompt) and 1 (the first token read from the KV cache) see shapes no later step sees;
+# from step 2 on every step is alike, so the steady state is reported from here.
+STEADY_FROM = 2
+
+# Ops that read device memory on the host (the stream must drain first).
+SYNC_OPS = frozenset({"_local_scalar_dense", "is_nonzero", "item", "equal"})
+# Ops whose output shape depends on the data: the host waits for the result to size it.
+DATA_DEPENDENT = frozenset({
+    "nonzero", "nonzero_numpy", "masked_select", "_unique", "_unique2", "unique_dim",
+    "unique_consecutive", "unique_dim_consecutive", "bincount", "repeat_interleave.Tensor",
+})
+INDEX_OPS = frozenset({"index.Tensor", "index_put", "index_put_", "_index_put_impl_"})
+# Copies that can move device data to the host. torch_npu registers to.device / to.dtype_layout /
+# to.other itself, so they reach the dispatch mode before becoming _to_copy.
+COPY_TO_HOST = frozenset({"_to_copy", "to", "copy_", "_copy_from", "_copy_from_and_resize"})
+
+# The conditions of the four 64-bit warnings, from op-plugin's acl_op sources (v6.0.rc2-pytorch2.1.0
+# pins op-plugin b761d5824d7bc3f48033fe7120552cc2cfbce56d, op_plugin/ops/base_ops/aclops/):
+# AddKernelNpu.cpp add_out_npu_nocheck warns when neither operand is a CPU scalar, alpha is 1 and
+# self, cast to the promoted type, is int64; NeKernelNpu.cpp warns in its Tensor overload (both
+# operands on the device, promoted type int64) and in its Scalar one (other a scalar or a CPU
+# scalar, promoted type int64); GatherKernelNpu.cpp and IndexSelectKernelNpu.cpp when self is int64.
+WARN_OPS: Dict[str, frozenset] = {
+    "AddKernelNpu.cpp": frozenset({"add.Tensor", "add_.Tensor", "add.out"}),
+    "NeKernelNpu.cpp": frozenset({"ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar",
+                                  "ne.Scalar_out"}),
+    "GatherKernelNpu.cpp": frozenset({"gather", "gather.out"}),
+    "IndexSelectKernelNpu.cpp": frozenset({"index_select", "index_select.out"}),
+}
+DEVICE = "npu"
+# The kernels the simulator registers whatever the table (kInfrastructure in sim/csrc/sim_backend.cpp).
+INFRASTRUCTURE = frozenset({
+    "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize_", "as_strided",
+    "set_.source_Storage_storage_offset", "view", "_reshape_alias",
+})
+
+
+def warnings_silenced(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether torch_npu's warnings are off: the rule of the simulator's CAUTION line
+    (``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp``), read at each warning as it is."""
+    environ = os.environ if environ is None else environ
+    rank = environ.get("RANK")
+    if rank and rank != "0":
+        return True
+    if environ.get("TORCH_NPU_DISABLED_WARNING") == "1" or environ.get("TORCH_NPU_WARNING_DISABLE") == "1":
+        return True
+    level = environ.get("TORCH_CPP_LOG_LEVEL")
+    return level is not None and level.upper() in ("ERROR", "FATAL", "2", "3")
+
+
+class Bucket:
+    """What ran in one step (or outside generate): counts by op, path and call site."""
+
+    def __init__(self) -> None:
+        self.paths: collections.Counter = collections.Counter()
+        self.compiles: collections.Counter = collections.Counter()
+        self.compile_sites: collections.Counter = collections.Counter()
+        self.syncs: collections.Counter = collections.Counter()
+        self.sync_sites: collections.Counter = collections.Counter()
+        self.warnings: collections.Counter = collections.Counter()
+
+    def to_json(self) -> dict:
+        return {
+            "would_compile": sum(self.compiles.values()), "host_syncs": sum(self.syncs.values()),
+            "warnings_64bit": sum(self.warnings.values()), "paths": dict(sorted(self.paths.items())),
+            "would_compile_by_op": _sorted(self.compiles),
+            "would_compile_by_site": _sorted(self.compile_sites),
+            "host_syncs_by_op": _sorted(self.syncs), "host_syncs_by_site": _sorted(self.sync_sites),
+            "warnings_64bit_by_site": _sorted(self.warnings),
+        }
+
+
+def _sorted(counter: collections.Counter) -> Dict[str, int]:
+    return dict(sorted(counter.items(), key=lambda item: (-item[1], item[0])))
+
+
+class Model:
+    """The process's model: the op-path data, the compile cache, the steps."""
+
+    def __init__(self, data: oppaths.OpPaths, table_ops: frozenset) -> None:
+        self.data = data
+        self.table_ops = table_ops
+        self.seen: set = set()
+        self.names: Dict[Any, str] = {}
+        self.outside = Bucket()
+        self.totals = Bucket()
+        self.runs: List[dict] = []
+        self.depth = 0
+        self.current: Optional[Bucket] = None
+        self.warned: Dict[Tuple[str, int], dict] = {}
+        self.errors: List[str] = []
+        self.roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
+
+    # --- steps -------------------------------------------------------------------------------
+    def enter_generate(self) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            self.runs.append({"steps": []})
+            self.current = Bucket()
+
+    def step_done(self) -> None:
+        if self.depth >= 1 and self.current is not None:
+            self.runs[-1]["steps"].append(self.current)
+            self.current = Bucket()
+
+    def exit_generate(self) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.current is not None:
+            self.runs[-1]["after"] = self.current
+            self.current = None
+
+    def bucket(self) -> Bucket:
+        return self.current if self.current is not None else self.outside
+
+    # --- ops ---------------------------------------------------------------------------------
+    def name(self, func: Any) -> str:
+        found = self.names.get(func)
+        if found is None:
+            schema = func._schema
+            base = schema.name.split("::", 1)[-1]
+            found = base + ("." + schema.overload_name if schema.overload_name else "")
+            self.names[func] = found
+        return found
+
+    def path(self, name: str) -> str:
+        """``fallback`` (no NPU kernel: the CPU fallback runs it), ``acl_op``, ``op_api``, or
+        ``torch_npu`` (not an op-plugin op: views, copies, allocation, composites)."""
+        if name not in self.table_ops and name not in INFRASTRUCTURE:
+            return "torch_npu" if _composite(name) else "fallback"
+        has_api = name in self.data.op_api
+        has_acl = name in self.data.acl_op
+        if not has_api and not has_acl:
+            return "torch_npu"
+        return "acl_op" if has_acl and compile_mode.acl_op(has_api) else "op_api"
+
+    def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
+        if not _on_npu(args, kwargs):
+            return
+        name = self.name(func)
+        path = self.path(name)
+        buckets = (self.bucket(), self.totals)
+        for bucket in buckets:
+            bucket.paths[path] += 1
+        sync = _host_sync(name, args, kwargs)
+        if sync:
+            site = self.site()
+            for bucket in buckets:
+                bucket.syncs[name] += 1
+                bucket.sync_sites[site] += 1
+        if path != "acl_op":
+            return
+        if compile_mode.jit_compile():
+            key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+            if key not in self.seen:
+                self.seen.add(key)
+                site = self.site()
+                for bucket in buckets:
+                    bucket.compiles[name] += 1
+                    bucket.compile_sites[site] += 1
+        for warning in self.data.warnings:
+            if name in WARN_OPS.get(warning.file, ()) and _warns_64bit(warning, name, args, kwargs):
+                self.warn(warning, name, buckets)
+
+    def warn(self, warning: oppaths.Warning64, name: str, buckets: Tuple[Bucket, ...]) -> None:
+        key = (warning.file, warning.line)
+        label = f"{warning.file}:{warning.line}"
+        for bucket in buckets:
+            bucket.warnings[label] += 1
+        record = self.warned.get(key)
+        if record is not None:
+            record["count"] += 1
+            return
+        printed = not warnings_silenced()
+        self.warned[key] = {"file": warning.file, "line": warning.line, "op": name, "text": warning.text,
+                            "site": self.site(), "count": 1, "printed": printed}
+        if printed:
+            _write_fd2(f"[W {warning.file}:{warning.line}] Warning: {warning.text} (function operator())\n")
+
+    def site(self) -> str:
+        """The first Python frame outside torch and ascend-env: ``file:line``."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(self.roots) and not filename.startswith("<"):
+                return f"{_short(filename)}:{frame.f_lineno}"
+            frame = frame.f_back  # type: ignore[assignment]
+        return "<unknown>"
+
+    # --- report ------------------------------------------------------------------------------
+    def report(self) -> dict:
+        runs = []
+        for run in self.runs:
+            steps = [bucket.to_json() for bucket in run["steps"]]
+            runs.append({"steps": steps, "after": run.get("after", Bucket()).to_json(),
+                         "steady": steady_state(steps)})
+        return {
+            "soc": compile_mode.soc(), "soc_assumed": compile_mode.soc_assumed(),
+            "jit_compile": compile_mode.jit_compile(), "jit_compile_set": compile_mode.jit_compile_set(),
+            "op_paths": self.data.version, "op_paths_source": self.data.source, "steady_from": STEADY_FROM,
+            "totals": self.totals.to_json(), "outside_generate": self.outside.to_json(), "generate": runs,
+            "warnings_64bit": sorted(self.warned.values(), key=lambda w: (w["file"], w["line"])),
+            "errors": self.errors[:5],
+        }
+
+
+def steady_state(steps: List[dict]) -> Optional[dict]:
+    """Per-step minimum and maximum of each count over the steps from :data:`STEADY_FROM` on."""
+    tail = steps[STEADY_FROM:]
+    if not tail:
+        return None
+    found: Dict[str, Any] = {"steps": len(tail), "first": STEADY_FROM}
+    for key in ("would_compile", "host_syncs", "warnings_64bit"):
+        values = [step[key] for step in tail]
+        found[key] = {"min": min(values), "max": max(values), "total": sum(values)}
+    return found
+
+
+def _package_root(name: str) -> str:
+    module = sys.modules.get(name)
+    where = getattr(module, "__file__", None) or ""
+    return os.path.dirname(where) + os.sep if where else "\0"
+
+
+def _short(filename: str) -> str:
+    marker = os.sep + "site-packages" + os.sep
+    if marker in filename:
+        return filename.split(marker, 1)[1]
+    return filename
+
+
+def _tensors(args: Any) -> Iterator[Any]:
+    import torch
+
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    yield item
+
+
+def _on_npu(args: tuple, kwargs: dict) -> bool:
+    for tensor in _tensors(args):
+        if tensor.device.type == DEVICE:
+            return True
+    for value in kwargs.values():
+        if getattr(value, "type", None) == DEVICE:  # a factory's device=
+            return True
+    return any(t.device.type == DEVICE for t in _tensors(kwargs.values()))
+
+
+@functools.lru_cache(maxsize=None)
+def _composite(name: str) -> bool:
+    """Whether torch has a CompositeExplicitAutograd kernel for ``name``: the device runs that,
+    not the CPU fallback (views such as ``slice.Tensor``, ``unsqueeze``)."""
+    import torch
+
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CompositeExplicitAutograd"))
+
+
+def _cpu_scalar(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() == 0
+
+
+def _host_sync(name: str, args: tuple, kwargs: dict) -> bool:
+    import torch
+
+    base = name.split(".", 1)[0]
+    if base in SYNC_OPS or name in SYNC_OPS or base in DATA_DEPENDENT or name in DATA_DEPENDENT:
+        if name == "repeat_interleave.Tensor" and kwargs.get("output_size") is not None:
+            return False
+        return True
+    if name in INDEX_OPS:
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        masks = (torch.bool, torch.uint8)
+        return any(isinstance(i, torch.Tensor) and i.dtype in masks for i in indices or ())
+    if base in COPY_TO_HOST:
+        if base in ("_to_copy", "to"):
+            source = args[0] if args else kwargs.get("self")
+            if not isinstance(source, torch.Tensor) or source.device.type != DEVICE:
+                return False
+            return any(_host_device(target) for target in list(args[1:]) + list(kwargs.values()))
+        # copy_(self=destination, src): a device source written into a host tensor
+        dst, src = (args + (None, None))[:2]
+        return isinstance(dst, torch.Tensor) and dst.device.type == "cpu" and \
+            isinstance(src, torch.Tensor) and src.device.type == DEVICE
+    return False
+
+
+def _host_device(value: Any) -> bool:
+    """Whether ``value`` (a ``to`` / ``_to_copy`` argument) names the CPU: a device or a CPU tensor."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "cpu"
+    if isinstance(value, torch.device):
+        return value.type == "cpu"
+    return isinstance(value, str) and value.split(":", 1)[0] == "cpu"
+
+
+def _warns_64bit(warning: oppaths.Warning64, name: str, args: tuple, kwargs: dict) -> bool:
+    import torch
+
+    self = args[0] if args else kwargs.get("self")
+    other = args[1] if len(args) > 1 else kwargs.get("other")
+    if not isinstance(self, torch.Tensor):
+        return False
+    if warning.file in ("GatherKernelNpu.cpp", "IndexSelectKernelNpu.cpp"):
+        return self.dtype == torch.int64
+    scalar_other = not isinstance(other, torch.Tensor) or _cpu_scalar(other) or _cpu_scalar(self)
+    if warning.file == "AddKernelNpu.cpp":
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if scalar_other or alpha != 1:
+            return False
+    elif warning.scalar_other != scalar_other:
+        return False
+    try:
+        promoted = torch.result_type(self, other)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError):
+        return False
+    return promoted == torch.int64
+
+
+def _signature(value: Any) -> Any:
+    """A hashable stand-in for an argument: a tensor by shape and dtype, anything else by value."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), str(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(item) for item in value)
+    if isinstance(value, (int, float, bool, str, type(None))):
+        return value
+    return repr(value)
+
+
+def _write_fd2(line: str) -> None:
+    data = line.encode("utf-8")
+    while data:
+        try:
+            written = os.write(2, data)
+        except OSError:
+            return
+        if written <= 0:
+            return
+        data = data[written:]
+
+
+# ------------------------------------------------------------------------------- process state
+
+_MODEL: List[Model] = []
+
+
+def active() -> Optional[Model]:
+    """The model running in this process, or None."""
+    return _MODEL[0] if _MODEL else None
+
+
+def start() -> Model:
+    """Start the model in this process (the simulator must be enabled); idempotent."""
+    if _MODEL:
+        return _MODEL[0]
+    from ascend_env import sim
+    from ascend_env.exceptions import UsageError
+
+    label = sim.enabled_table()
+    data = oppaths.lookup(label)
+    if data is None:
+        raise UsageError(
+            f"no op-path data for the simulated table {label!r}, so the dispatch paths cannot be modelled.",
+            "audit with --torch-npu and one of " + ", ".join(oppaths.releases()[-5:]) + " (or any of "
+            + str(len(oppaths.releases())) + " known releases)",
+        )
+    compile_mode.soc()  # a bad $ASCEND_ENV_SIM_SOC fails here, before anything runs
+    model = Model(data, frozenset(sim._STATE.get("ops", frozenset())))  # type: ignore[call-overload]
+    _MODEL.append(model)
+    _push_mode(model)
+    _hook_transformers(model)
+    return model
+
+
+def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """:func:`start` if ``$ASCEND_ENV_AUDIT_PATHS`` is ``1``; whether it started."""
+    environ = os.environ if environ is None else environ
+    if environ.get(ENV) != "1":
+        return False
+    start()
+    return True
+
+
+def report() -> Optional[dict]:
+    """The per-process report (``None`` if the model never started)."""
+    model = active()
+    return model.report() if model is not None else None
+
+
+def _push_mode(model: Model) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PathsMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            try:
+                model.observe(func, args, kwargs)
+            except Exception as exc:  # the model must never break the script it watches
+                if len(model.errors) < 5:
+                    model.errors.append(f"{func}: {type(exc).__name__}: {exc}")
+            return func(*args, **kwargs)
+
+    PathsMode().__enter__()
+
+
+# --------------------------------------------------------------------------- transformers hooks
+
+def _hook_transformers(model: Model) -> None:
+    """Wrap ``StoppingCriteriaList.__call__`` and ``GenerationMixin.generate`` now if transformers
+    is imported, else as soon as their modules are."""
+    targets = {
+        "transformers.generation.stopping_criteria": functools.partial(_wrap_stopping, model),
+        "transformers.generation.utils": functools.partial(_wrap_generate, model),
+    }
+    pending = {}
+    for name, wrap in targets.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            wrap(module)
+        else:
+            pending[name] = wrap
+    if pending:
+        sys.meta_path.insert(0, _Finder(pending))  # type: ignore[arg-type]
+
+
+def _wrap_stopping(model: Model, module: Any) -> None:
+    cls = getattr(module, "StoppingCriteriaList", None)
+    if cls is None or getattr(cls.__call__, "_ascend_env_paths", False):
+        return
+    original = cls.__call__
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            model.step_done()
+
+    call._ascend_env_paths = True  # type: ignore[attr-defined]
+    cls.__call__ = call
+
+
+def _wrap_generate(model: Model, module: Any) -> None:
+    cls = getattr(module, "GenerationMixin", None)
+    if cls is None or getattr(cls.generate, "_ascend_env_paths", False):
+        return
+    original = cls.generate
+
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        model.enter_generate()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            model.exit_generate()
+
+    generate._ascend_env_paths = True  # type: ignore[attr-defined]
+    cls.generate = generate
+
+
+class _Finder:
+    """Finds nothing itself: wraps the loader of the modules it waits for, then steps aside."""
+
+    def __init__(self, pending: Dict[str, Callable[[Any], None]]) -> None:
+        self.pending = pending
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        wrap = self.pending.get(fullname)
+        if wrap is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        del self.pending[fullname]
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)  # type: ignore[arg-type]
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            wrap(module)
+
+        spec.loader = _Loader(loader, exec_module)  # type: ignore[assignment]
+        return spec
+
+
+class _Loader:
+    """``loader`` with its ``exec_module`` replaced; everything else passes through."""
+
+    def __init__(self, loader: Any, exec_module: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self.exec_module = exec_module
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+# ----------------------------------------------------------------- the audit's side (no torch)
+
+FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit")
+MACHINE_SOC_ENV = compile_guard.SOC_VARIABLE  # the machine's SoC, as the guard reads it
+
+
+def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
+    """``--fail-on fallbacks,compiles,...``: the findings that fail the audit (default fallbacks)."""
+    from ascend_env.exceptions import UsageError
+
+    if text is None:
+        return ("fallbacks",)
+    chosen = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    bad = [part for part in chosen if part not in FAIL_ON]
+    if bad or not chosen:
+        raise UsageError(
+            f"--fail-on {text!r}: unknown finding{'s' if len(bad) != 1 else ''} {', '.join(map(repr, bad))}."
+            if bad else "--fail-on needs at least one finding.",
+            "use a comma-separated list of " + ", ".join(FAIL_ON) + " (e.g. --fail-on fallbacks,compiles)",
+        )
+    return chosen
+
+
+def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """The SoC to simulate: ``--soc``, else the machine's (``$ASCEND_ENV_SOC``), else
+    :data:`compile_mode.DEFAULT_SOC`, assumed. An unknown name raises UsageError listing the known."""
+    from ascend_env.detect import socs
+
+    environ = os.environ if environ is None else environ
+    if soc:
+        return {"name": socs.canonical(soc), "assumed": False, "from": "--soc"}
+    machine = environ.get(MACHINE_SOC_ENV)
+    if machine:
+        return {"name": socs.canonical(machine), "assumed": False, "from": f"${MACHINE_SOC_ENV}"}
+    return {"name": compile_mode.DEFAULT_SOC, "assumed": True, "from": "assumed"}
+
+
+COUNTS = ("would_compile", "host_syncs", "warnings_64bit")
+STEP_KEYS = COUNTS + ("would_compile_by_op", "host_syncs_by_site")
+
+
+def summarize(reports: List[dict], soc: Optional[Mapping[str, Any]] = None) -> dict:
+    """The paths findings of every process that modelled them, for the audit's report; ``soc`` is
+    the audit's :func:`choose_soc` (the processes cannot tell an assumed SoC from a chosen one)."""
+    totals: Dict[str, collections.Counter] = {key: collections.Counter() for key in (
+        "would_compile_by_op", "would_compile_by_site", "host_syncs_by_op", "host_syncs_by_site")}
+    warnings: List[dict] = []
+    runs: List[dict] = []
+    processes = [r for r in reports if isinstance(r.get("paths"), dict)]
+    for report in processes:
+        data = report["paths"]
+        for key, counter in totals.items():
+            counter.update(data["totals"].get(key, {}))
+        warnings += [dict(w, pid=report.get("pid")) for w in data.get("warnings_64bit", [])]
+        for run in data.get("generate", []):
+            steps = [dict({key: step[key] for key in STEP_KEYS}, step=index)
+                     for index, step in enumerate(run["steps"])]
+            runs.append({"pid": report.get("pid"), "steps": steps, "steady": run["steady"],
+                         "after_last_step": {key: run["after"][key] for key in COUNTS}})
+    first = processes[0]["paths"] if processes else {}
+    return {
+        "soc": soc["name"] if soc else first.get("soc"),
+        "soc_assumed": soc["assumed"] if soc else first.get("soc_assumed"),
+        "jit_compile_at_exit": first.get("jit_compile"), "op_paths": first.get("op_paths"),
+        "op_paths_source": first.get("op_paths_source"), "steady_from": STEADY_FROM,
+        "processes": len(processes),
+        "would_compile": sum(totals["would_compile_by_op"].values()),
+        "host_syncs": sum(totals["host_syncs_by_op"].values()),
+        **{key: _sorted(counter) for key, counter in totals.items()},
+        "warnings_64bit": warnings, "generate": runs,
+        "errors": [e for r in processes for e in r["paths"].get("errors", [])],
+    }
+
+
+def failing(summary: dict, fail_on: Tuple[str, ...]) -> List[str]:
+    """The chosen paths findings present: ``compiles`` / ``syncs`` count the steady state of each
+    ``generate()`` (every op when none ran); ``64bit`` any 64-bit warning."""
+    found = []
+    for kind, key in (("compiles", "would_compile"), ("syncs", "host_syncs")):
+        if kind not in fail_on:
+            continue
+        steady = [run["steady"] for run in summary["generate"] if run["steady"]]
+        count = sum(s[key]["total"] for s in steady) if steady else summary[key]
+        if count:
+            found.append(kind)
+    if "64bit" in fail_on and summary["warnings_64bit"]:
+        found.append("64bit")
+    return found
+
+
+def format_text(summary: dict, limit: int = 8) -> List[str]:
+    """The report's lines about the dispatch paths."""
+    soc = summary["soc"] or "?"
+    assumed = f" (assumed: pass --soc, or set ${MACHINE_SOC_ENV})" if summary["soc_assumed"] else ""
+    jit = "on" if summary["jit_compile_at_exit"] else "off"
+    lines = [
+        f"dispatch paths on SoC {soc}{assumed}, JIT compile {jit}"
+        f" at exit; op paths of torch_npu {summary['op_paths']} from {summary['op_paths_source']}",
+        f"  {summary['would_compile']} would compile (new acl_op keys with JIT on; a simulated count, not a "
+        f"hardware measurement), {summary['host_syncs']} host syncs",
+    ]
+    for warning in summary["warnings_64bit"]:
+        lines.append(f"  64-bit warning {warning['file']}:{warning['line']} ({warning['op']}, "
+                     f"{warning['count']}x, first at {warning['site']})"
+                     f"{'' if warning['printed'] else ' [silenced]'}")
+    for run in summary["generate"]:
+        lines += _format_run(run)
+    tables = (("would compile by op", "would_compile_by_op"), ("host syncs by op", "host_syncs_by_op"),
+              ("host syncs by call site", "host_syncs_by_site"),
+              ("would compile by call site", "would_compile_by_site"))
+    for title, key in tables:
+        items = list(summary[key].items())
+        if not items:
+            continue
+        lines.append(f"  {title}:")
+        width = max(len(name) for name, _ in items[:limit])
+        lines += [f"    {name.ljust(width)}  {count}" for name, count in items[:limit]]
+        if len(items) > limit:
+            lines.append(f"    ... {len(items) - limit} more (see --json)")
+    for error in summary["errors"]:
+        lines.append(f"  the model failed on an op: {error}")
+    return lines
+
+
+def _span(counts: dict) -> str:
+    return str(counts["min"]) if counts["min"] == counts["max"] else f"{counts['min']}-{counts['max']}"
+
+
+def _format_run(run: dict) -> List[str]:
+    steps = run["steps"]
+    lines = [f"  generate() in process {run['pid']}: {len(steps)} steps "
+             f"(steady state from step {STEADY_FROM})", "    step     would compile  host syncs  64-bit"]
+    index = 0
+    while index < len(steps):
+        row = (steps[index]["would_compile"], steps[index]["host_syncs"], steps[index]["warnings_64bit"])
+        end = index
+        while index >= STEADY_FROM and end + 1 < len(steps) and (
+                steps[end + 1]["would_compile"], steps[end + 1]["host_syncs"],
+                steps[end + 1]["warnings_64bit"]) == row:
+            end += 1
+        label = str(index) if end == index else f"{index}-{end}"
+        each = "" if end == index else " each"
+        lines.append(f"    {label.ljust(8)} {row[0]:>13}  {row[1]:>10}  {row[2]:>6}{each}")
+        index = end + 1
+    steady = run["steady"]
+    if steady:
+        compiles = steady["would_compile"]
+        syncs = steady["host_syncs"]
+        lines.append(f"    steady state (steps {STEADY_FROM}-{len(steps) - 1}): "
+                     f"{_span(compiles)} would compile and {_span(syncs)} host syncs per step")
+        last = steps[-1]
+        if last["host_syncs_by_site"]:
+            lines.append("    host syncs of step " + str(len(steps) - 1) + ": " + ", ".join(
+                f"{site} ({count})" for site, count in last["host_syncs_by_site"].items()))
+        if last["would_compile_by_op"]:
+            lines.append("    would compile in step " + str(len(steps) - 1) + ": " + ", ".join(
+                f"{op} ({count})" for op, count in last["would_compile_by_op"].items()))
+    return lines
