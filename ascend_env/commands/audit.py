@@ -1,8 +1,10 @@
-"""``ascend-env audit [--torch-npu VERSION] -- COMMAND...``: list the ops that fall back to the CPU."""
+"""``ascend-env audit [--torch-npu VERSION] [--timeout SECONDS] -- COMMAND...``: list the ops that
+fall back to the CPU, in every Python process of the command."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ascend_env import audit
 from ascend_env.output import write_json, write_text
@@ -16,6 +18,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: the installed torch_npu's own op lists, else the newest known release)",
     )
     parser.add_argument(
+        "--timeout", metavar="SECONDS", type=float,
+        help="stop the command and every process it started after SECONDS, report what was seen "
+        "and fail (exit 1)",
+    )
+    parser.add_argument(
         "user_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
         help="the command to run, after '--' (e.g. -- python my_script.py)",
     )
@@ -25,10 +32,16 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.user_command)
     if command and command[0] == "--":
         command = command[1:]
-    findings = audit.run(command, args.torch_npu)
+    try:
+        findings = audit.run(command, args.torch_npu, timeout=args.timeout)
+    except audit.Interrupted as stop:
+        # As the CLI answers Ctrl-C: one line, no traceback; 128 + the signal, as a shell reports it.
+        sys.stderr.write(f"ascend-env: audit interrupted by {stop}: the command and every process it "
+                         "started were stopped, and nothing is reported.\n")
+        return 128 + stop.signum
     code = audit.exit_code(findings)
     if args.json:
-        write_json({"ok": code == 0, **findings})
+        write_json({"ok": code == 0, "schema": audit.SCHEMA, **findings})
     else:
         write_text(audit.format_text(findings))
     return code
