@@ -36,6 +36,8 @@ LINGER_SECONDS = 3.0
 #: After SIGTERM, how long processes have to write their reports and end before SIGKILL.
 GRACE_SECONDS = 3.0
 _TICK = 0.05
+# How many processes that ended abnormally the text report names.
+_LISTED = 10
 
 
 class Interrupted(Exception):
@@ -443,7 +445,9 @@ def format_text(findings: dict) -> str:
     abnormal = [p for p in per_process if p.get("abnormal") and not p.get("is_command")]
     if abnormal:
         lines.append(f"{_plural(len(abnormal), 'Python process', 'es')} ended abnormally:")
-        lines.extend(f"  {_who(p)}: {p['ended']}" for p in abnormal)
+        lines.extend(f"  {_who(p)}: {p['ended']}" for p in abnormal[:_LISTED])
+        if len(abnormal) > _LISTED:
+            lines.append(f"  ... and {len(abnormal) - _LISTED} more (--json lists them all)")
     fallbacks = findings["fallbacks"]
     processes = findings["processes"]
     where = _plural(processes, "Python process", "es")

@@ -138,9 +138,10 @@ def install(directory: Path, counts: Counts, reset: Callable[[], None], table: O
     atexit.register(_at_exit)
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                         after_in_child=_after_fork_in_child)
-    os._exit = _exit
-    os.execv = _execv
-    os.execve = _execve
+    # Looked up on the os module at each call (multiprocessing's workers end in os._exit).
+    os._exit = _exit  # type: ignore[assignment]
+    os.execv = _execv  # type: ignore[assignment]
+    os.execve = _execve  # type: ignore[assignment]
     _install_sigterm()
     return _current
 

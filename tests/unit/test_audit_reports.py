@@ -287,3 +287,12 @@ def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_pat
 def test_a_timeout_must_be_positive():
     with pytest.raises(UsageError, match="--timeout"):
         audit.run(["true"], "2.4.0", timeout=0)
+
+
+def test_a_long_list_of_abnormal_endings_is_cut_in_text_only():
+    reports = [report(10, end={"how": "exit"})] + [report(pid) for pid in range(11, 26)]
+    findings = audit.findings_from("t", ["x"], audit.Outcome(10, 0), reports)
+    lines = audit.format_text(findings).splitlines()
+    assert lines[1] == "15 Python processes ended abnormally:"
+    assert lines[12] == "  ... and 5 more (--json lists them all)"
+    assert sum(p["abnormal"] for p in findings["per_process"]) == 15
