@@ -15,8 +15,13 @@ looks every ``POLL_SECONDS``, so a SIGKILL or a crash loses at most that much), 
 end: at interpreter exit, in ``os._exit``, before ``os.execv``/``os.execve``, and on SIGTERM
 (a handler, installed where SIGTERM had its default action, writes and then dies of the signal
 as before). A forked child (``os.fork``, fork and forkserver multiprocessing, DataLoader workers)
-inherits the simulator's counters: it starts its own report and counts from zero, so no
-fallback is counted twice.
+inherits the simulator's counters: it starts its own report and subtracts what it inherited, so
+no fallback is counted twice.
+
+Locks: a signal handler may run in the middle of any of this, in the main thread, so the report
+is guarded by an RLock only (never a plain Lock, Event or Condition: the handler would wait on
+its own thread forever), and the child of a fork never calls into the simulator to start up
+(another thread of the parent may have held the simulator's lock when the process was copied).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -60,7 +66,7 @@ class Reporter:
         self.lock = threading.RLock()
         self.written: Optional[Dict[str, int]] = None
         self.ended: Optional[Dict[str, Any]] = None
-        self.stopping = threading.Event()
+        self.fork_baseline: Optional[Dict[str, int]] = None  # the counts when this process last forked
 
     def own_counts(self) -> Dict[str, int]:
         """This process's fallbacks: the counts since it started or was forked."""
@@ -94,8 +100,7 @@ class Reporter:
             self.lock.release()
 
     def finish(self, end: Dict[str, Any]) -> None:
-        """Write the last report, saying how the process ended."""
-        self.stopping.set()
+        """Write the last report, saying how the process ended (later writes do nothing)."""
         self.write(end=end)
 
     def start_polling(self) -> None:
@@ -104,14 +109,13 @@ class Reporter:
         thread.start()
 
     def _poll(self) -> None:
-        while not self.stopping.wait(POLL_SECONDS):
+        while self.ended is None and os.getpid() == self.pid:
+            time.sleep(POLL_SECONDS)
             self.write(force=self.written is None)
 
 
-# The report of this process (replaced in a forked child) and how a child forgets the counts it
-# inherited; both set by install().
+# The report of this process, set by install() and replaced in a forked child.
 _current: Optional[Reporter] = None
-_reset: Optional[Callable[[], None]] = None
 _fork_lock_held = False
 _real_exit = os._exit
 _real_execv = os.execv
@@ -124,15 +128,16 @@ def current() -> Optional[Reporter]:
     return reporter if reporter is not None and reporter.pid == os.getpid() else None
 
 
-def install(directory: Path, counts: Counts, reset: Callable[[], None], table: Optional[str]) -> Reporter:
+def install(directory: Path, counts: Counts, table: Optional[str]) -> Reporter:
     """Report ``counts()`` to ``directory`` from this process and every process forked from it.
 
-    ``reset()`` forgets the counts so far; a forked child calls it first. Call once per process.
+    ``counts()`` returns the process's counts so far (a forked child inherits them, and they only
+    grow). Call once per process.
     """
-    global _current, _reset
+    global _current
     if _current is not None:
         raise RuntimeError("the audit report is already installed in this process")
-    _current, _reset = Reporter(directory, counts, table, "start"), reset
+    _current = Reporter(directory, counts, table, "start")
     _current.write(force=True)  # the audit now knows a Python process ran, whatever happens next
     _current.start_polling()
     atexit.register(_at_exit)
@@ -158,11 +163,13 @@ def _install_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    reporter = current()
-    if reporter is not None:
-        reporter.finish({"how": "signal", "signal": signal.Signals(signum).name})
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+    try:
+        reporter = current()
+        if reporter is not None:
+            reporter.finish({"how": "signal", "signal": signal.Signals(signum).name})
+    finally:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def _at_exit() -> None:
@@ -177,6 +184,9 @@ def _at_exit() -> None:
         reporter.finish({"how": "exit"})
 
 
+# The wrappers end the process whatever happens while reporting (a KeyboardInterrupt included).
+
+
 def _exit_status(status: object) -> Optional[int]:
     try:
         return int(status)  # type: ignore[call-overload]
@@ -186,10 +196,12 @@ def _exit_status(status: object) -> Optional[int]:
 
 @functools.wraps(_real_exit)
 def _exit(status: int) -> None:  # type: ignore[misc]
-    reporter = current()
-    if reporter is not None:
-        reporter.finish({"how": "os._exit", "code": _exit_status(status)})
-    _real_exit(status)
+    try:
+        reporter = current()
+        if reporter is not None:
+            reporter.finish({"how": "os._exit", "code": _exit_status(status)})
+    finally:
+        _real_exit(status)
 
 
 @functools.wraps(_real_execv)
@@ -210,10 +222,16 @@ def _execve(path: Any, argv: Any, env: Any) -> None:  # type: ignore[misc]
 
 def _before_fork() -> None:
     # The parent's report thread must not be inside counts() (the simulator's lock) or a write
-    # when the process is copied: the child would inherit the held lock.
+    # when the process is copied: the child would inherit the held lock. The counts now are what
+    # the child inherits; read here, in the parent, where the simulator's lock is safe to take.
     global _fork_lock_held
     reporter = current()
     _fork_lock_held = reporter is not None and reporter.lock.acquire(timeout=_LOCK_SECONDS)
+    if reporter is not None:
+        try:
+            reporter.fork_baseline = dict(reporter.counts())
+        except Exception:  # noqa: BLE001 - the child then subtracts its parent's own baseline
+            reporter.fork_baseline = None
 
 
 def _after_fork_in_parent() -> None:
@@ -230,15 +248,7 @@ def _after_fork_in_child() -> None:
     _fork_lock_held = False
     if parent is None:
         return
-    baseline: Optional[Mapping[str, int]] = None
-    try:
-        if _reset is not None:
-            _reset()
-    except Exception:  # noqa: BLE001 - then subtract what was inherited instead
-        try:
-            baseline = parent.counts()
-        except Exception:  # noqa: BLE001
-            baseline = None
+    baseline = parent.fork_baseline if parent.fork_baseline is not None else parent.baseline
     _current = Reporter(parent.directory, parent.counts, parent.table, "fork", baseline)
     # No report yet: a child forked by subprocess (preexec_fn) execs at once and must not count
     # as a process. The report thread writes the first one after POLL_SECONDS, or the end does.
@@ -269,7 +279,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             pass
         sys.stderr.write(f"ascend-env audit: the simulated NPU could not start: {exc}\n")
         return
-    install(Path(reports), sim.fallbacks, sim.reset, sim.enabled_table())
+    install(Path(reports), sim.fallbacks, sim.enabled_table())
 
 
 def _write(path: Path, data: dict) -> None:

@@ -31,27 +31,25 @@ HARNESS = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from ascend_env.sim import startup
     COUNTS = {{}}
-    RESET_FAILS = {reset_fails!r}
+    SIGNAL_IN_COUNTS = []
     def counts():
+        if SIGNAL_IN_COUNTS:
+            os.kill(os.getpid(), SIGNAL_IN_COUNTS.pop())
         return dict(COUNTS)
-    def reset():
-        if RESET_FAILS:
-            raise RuntimeError("no reset")
-        COUNTS.clear()
     def fall(n=1, op="aten::isin.Tensor_Tensor_out"):
         COUNTS[op] = COUNTS.get(op, 0) + n
     """
 )
 
 
-def run_reporter(tmp_path: Path, body: str, reset_fails: bool = False, before: str = "") -> tuple:
+def run_reporter(tmp_path: Path, body: str, before: str = "") -> tuple:
     """Run ``body`` after installing the reporter (``before`` runs first); returns (returncode, reports)."""
     reports = tmp_path / "reports"
     reports.mkdir()
-    code = (HARNESS.format(root=ROOT, reset_fails=reset_fails) + textwrap.dedent(before)
-            + "startup.install(Path(sys.argv[1]), counts, reset, 'test-table')\n" + textwrap.dedent(body))
+    code = (HARNESS.format(root=ROOT) + textwrap.dedent(before)
+            + "startup.install(Path(sys.argv[1]), counts, 'test-table')\n" + textwrap.dedent(body))
     result = subprocess.run([sys.executable, "-c", code, str(reports)], capture_output=True, text=True,
-                            timeout=60)
+                            timeout=30)
     return result, audit.collect(reports)
 
 
@@ -76,19 +74,39 @@ def test_a_forked_child_reports_only_its_own_fallbacks(tmp_path):
     assert child["ppid"] == parent["pid"] != child["pid"] and child["table"] == "test-table"
 
 
-def test_without_reset_a_child_subtracts_what_it_inherited(tmp_path):
+def test_a_grandchild_subtracts_what_it_inherited_at_its_own_fork(tmp_path):
     result, reports = run_reporter(tmp_path, """
         fall(5)
         pid = os.fork()
         if pid == 0:
             fall(2)
-            sys.exit(0)  # atexit runs in the child too
+            grandchild = os.fork()
+            if grandchild == 0:
+                fall(1)
+                sys.exit(0)  # atexit runs in a forked child too
+            os.waitpid(grandchild, 0)
+            sys.exit(0)
         os.waitpid(pid, 0)
-    """, reset_fails=True)
+    """)
     assert result.returncode == 0, result.stderr
-    (parent,), (child,) = by_origin(reports, "start"), by_origin(reports, "fork")
-    assert parent["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 5}
-    assert child["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 2} and child["end"] == {"how": "exit"}
+    (parent,) = by_origin(reports, "start")
+    (child,) = [r for r in reports if r["ppid"] == parent["pid"]]
+    (grandchild,) = [r for r in reports if r["ppid"] == child["pid"]]
+    counts = [r["fallbacks"]["aten::isin.Tensor_Tensor_out"] for r in (parent, child, grandchild)]
+    assert counts == [5, 2, 1], reports
+    assert {r["end"]["how"] for r in reports} == {"exit"}
+
+
+def test_sigterm_while_the_last_report_is_written(tmp_path):
+    # The handler runs in the thread that is writing (the main thread): it must not wait on it.
+    result, reports = run_reporter(tmp_path, """
+        fall(1)
+        SIGNAL_IN_COUNTS.append(signal.SIGTERM)
+        os._exit(0)
+    """)
+    assert result.returncode == -signal.SIGTERM
+    (report,) = reports
+    assert report["end"] in ({"how": "signal", "signal": "SIGTERM"}, {"how": "os._exit", "code": 0})
 
 
 def test_counts_seen_before_sigkill_survive_it(tmp_path):
@@ -155,7 +173,7 @@ def test_a_fork_that_execs_at_once_is_not_a_process(tmp_path):
 
 
 def test_install_twice_is_refused(tmp_path):
-    result, _ = run_reporter(tmp_path, "startup.install(Path(sys.argv[1]), counts, reset, 'again')\n")
+    result, _ = run_reporter(tmp_path, "startup.install(Path(sys.argv[1]), counts, 'again')\n")
     assert result.returncode == 1 and "already installed" in result.stderr
 
 
