@@ -42,6 +42,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             sim.enable_ops(environ.get(LABEL, environ[OPLISTS]), ops, environ.get(FALLBACK_DISABLE) == "1")
         else:
             sim.enable(environ.get(TORCH_NPU) or None)
+        sim.add_torch_npu_to_path()  # `import torch_npu` finds the simulated one
     except Exception as exc:  # reported to the audit, which fails with it
         _write(report, {"pid": os.getpid(), "argv": sys.argv, "error": str(exc)})
         sys.stderr.write(f"ascend-env audit: the simulated NPU could not start: {exc}\n")
