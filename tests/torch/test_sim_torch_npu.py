@@ -135,6 +135,24 @@ def test_npu_generators_reproduce_the_cpu_streams(npu):
     assert not torch.equal(on_npu[0].cpu(), _draws("cpu", torch.Generator().manual_seed(1))[0])
 
 
+def test_seeded_ops_that_fall_back_draw_from_the_npu_generator(npu):
+    """poisson, cauchy_ and log_normal_ are not in 2.1.0.post6's table: the CPU fallback runs them,
+    with the npu generator's state, which it gives back."""
+    rates = torch.tensor([1.0, 4.0, 9.0, 0.5])
+    generator = torch.Generator(device=npu).manual_seed(21)
+    reference = torch.Generator().manual_seed(21)
+    sim.reset()
+    for _ in range(2):  # the second draw continues the stream
+        assert torch.equal(torch.poisson(rates.to(npu), generator).cpu(), torch.poisson(rates, reference))
+        assert torch.equal(torch.empty(3, device=npu).cauchy_(generator=generator).cpu(),
+                           torch.empty(3).cauchy_(generator=reference))
+    torch.manual_seed(4)
+    drawn = torch.empty(3, device=npu).log_normal_().cpu()
+    torch.manual_seed(4)
+    assert torch.equal(drawn, torch.empty(3).log_normal_())
+    assert {"aten::poisson", "aten::cauchy_", "aten::log_normal_"} <= set(sim.fallbacks())
+
+
 def test_generator_state_round_trips(npu):
     generator = torch.Generator(device=npu).manual_seed(7)
     state = generator.get_state()
