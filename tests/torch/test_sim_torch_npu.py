@@ -450,3 +450,45 @@ def test_npu_fusion_attention_computes_causal_attention(npu, layout):
                                atten_mask=mask, scale=d ** -0.5, sparse_mode=3, **extra)[0]
     assert out.device.type == "npu"
     assert torch.allclose(out.cpu(), shape(expected), atol=1e-5)
+
+
+def test_transformers_npu_flash_attention_runs_on_npu_fusion_attention():
+    """transformers >= 4.47 route ``attn_implementation="flash_attention_2"`` on an NPU to
+    ``torch_npu.npu_fusion_attention`` (transformers/integrations/npu_flash_attention.py): padded
+    prompts take its TND (varlen) form, and greedy tokens equal the CPU's with SDPA."""
+    code = textwrap.dedent(f"""
+        import importlib.util, json, sys
+        sys.path.insert(0, {TESTS_TORCH!r})
+        import torch
+        from ascend_env import sim
+        sim.enable("{IN_PROCESS_TABLE}"); sim.add_torch_npu_to_path()
+        import torch_npu
+        layouts = []
+        real = torch_npu.npu_fusion_attention
+        def counted(*args, **kwargs):
+            layouts.append(kwargs.get("input_layout", args[4] if len(args) > 4 else None))
+            return real(*args, **kwargs)
+        torch_npu.npu_fusion_attention = counted
+        if importlib.util.find_spec("transformers.integrations.npu_flash_attention") is None:
+            print(json.dumps({{"skip": True}})); sys.exit()
+        from conftest import tiny_model
+        ids = torch.tensor([[0, 0, 5, 6, 7], [9, 10, 11, 12, 13]])
+        mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+        def greedy(model, device):
+            with torch.no_grad():
+                out = model.to(device).generate(ids.to(device), attention_mask=mask.to(device),
+                                                max_new_tokens=6, do_sample=False, pad_token_id=0)
+            return out.cpu()
+        model = tiny_model("llama")
+        expected = greedy(model, "cpu")
+        model.config._attn_implementation = "flash_attention_2"
+        got = greedy(model, "npu")
+        equal = torch.equal(got, expected)
+        print(json.dumps({{"skip": False, "equal": equal, "layouts": sorted(set(layouts))}}))
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    if out["skip"]:
+        pytest.skip("this transformers has no NPU flash attention (added in 4.47)")
+    assert out["equal"] and "TND" in out["layouts"], out
