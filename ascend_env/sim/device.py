@@ -160,8 +160,33 @@ class device_of(device):  # noqa: N801
 
 # ------------------------------------------------------------------ streams and events
 
-class Stream:
+def _stream_bases() -> Tuple[type, type]:
+    """The classes torch's dynamo wants device streams and events to derive from, where it checks
+    (torch 2.2 to 2.4: the abstract ``torch._streambase._StreamBase`` / ``_EventBase``, asserted when
+    ``torch._dynamo`` imports once ``transfer_to_npu`` made ``torch.cuda.Stream`` this class); newer
+    torch keeps those names only as deprecated aliases of ``torch.Stream`` / ``torch.Event``."""
+    try:
+        from torch import _streambase
+    except ImportError:  # torch 2.1
+        return object, object
+    torch = _torch()
+    stream_base, event_base = _streambase._StreamBase, _streambase._EventBase
+    if hasattr(torch, "Stream") and issubclass(stream_base, torch.Stream):
+        return object, object
+    return stream_base, event_base
+
+
+_STREAM_BASE, _EVENT_BASE = _stream_bases()
+
+
+class Stream(_STREAM_BASE):  # type: ignore[misc, valid-type]
     """An NPU stream. Kernels run synchronously, so every stream is always idle."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __init__(self, device: Optional[Any] = None, priority: int = 0, **kwargs: Any) -> None:
         set_device(device)
@@ -195,7 +220,7 @@ class Stream:
         return None
 
 
-class Event:
+class Event(_EVENT_BASE):  # type: ignore[misc, valid-type]
     """An NPU event; ``elapsed_time`` measures host time between two ``record()`` calls."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
