@@ -32,7 +32,6 @@ __all__ = [
     "get_autocast_dtype", "set_autocast_dtype", "config", "get_soc_version",
 ]
 
-NAME = "Ascend (simulated by ascend-env)"
 # The device memory the simulated card reports (an Ascend910B1's 64 GiB of HBM).
 TOTAL_MEMORY = 64 * 1024**3
 _current = 0
@@ -102,14 +101,16 @@ def synchronize(device: Optional[Any] = None) -> None:
 
 
 def get_device_name(device: Optional[Any] = None) -> str:
-    return NAME
+    """The SoC's name, as torch_npu answers (``Ascend910B1``): the simulated SoC."""
+    set_device(device)
+    return compile_mode.soc()
 
 
 class _DeviceProperties:
     """What ``get_device_properties`` answers (torch_npu's ``_NPUDeviceProperties``)."""
 
     def __init__(self) -> None:
-        self.name = NAME
+        self.name = compile_mode.soc()
         self.total_memory = TOTAL_MEMORY
 
     def __repr__(self) -> str:

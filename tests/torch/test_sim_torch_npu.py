@@ -254,8 +254,10 @@ def test_compile_mode_and_internal_format_round_trip(npu, monkeypatch):
         with pytest.raises(ValueError, match="ACL_OP_COMPILER_CACHE_MODE"):
             torch.npu.set_option({"ACL_OP_COMPILER_CACHE_MODE": "sometimes"})
         assert torch.npu.get_soc_version() == 220  # SocVersion::Ascend910B1
+        assert torch.npu.get_device_name() == "Ascend910B1"
         monkeypatch.setenv(compile_mode.SOC_ENV, "310P")
         assert torch.npu.get_soc_version() == socs.soc_version("Ascend310P3") == 202
+        assert torch.npu.get_device_name(0) == torch.npu.get_device_properties(0).name == "Ascend310P3"
     finally:
         compile_mode.reset()
 
@@ -309,7 +311,7 @@ def test_the_seed_script_runs_unchanged_under_audit(tmp_path):
 
 def test_a_cuda_script_runs_unchanged_under_audit(tmp_path):
     result = audit(CUDA_SCRIPT, tmp_path)
-    expected = "device npu:0 True Ascend (simulated by ascend-env) same-as-cpu True"
+    expected = f"device npu:0 True {compile_mode.soc()} same-as-cpu True"
     assert expected in result.stdout, result.stderr
     assert "batch-pinned True workers 2" in result.stdout, result.stderr
     assert "ModuleNotFoundError" not in result.stderr and "Traceback" not in result.stderr
@@ -364,7 +366,7 @@ def test_transfer_to_npu_rewrites_devices_backends_and_jit():
     npu0 = "npu:0"
     assert out == {
         "is_available": True, "cuda_is_npu_fn": True, "device_count": 1,
-        "name": "Ascend (simulated by ascend-env)",
+        "name": compile_mode.soc(),
         "kw": npu0, "kw_dev": npu0, "to_str": npu0, "to_int": npu0, "tensor_cuda": npu0, "is_cuda": True,
         "module": npu0, "module_to": npu0, "new": npu0, "generator": npu0, "is_generator": True,
         "jit_off": True,
