@@ -408,7 +408,7 @@ def test_transformers_generates_with_the_simulated_torch_npu_imported():
         from ascend_env import sim
         sim.enable("{IN_PROCESS_TABLE}"); sim.add_torch_npu_to_path()
         import transformers.utils
-        from conftest import tiny_model, generate
+        from conftest import PROMPT, tiny_model, generate
         out = {{"available": transformers.utils.is_torch_npu_available(),
                "devices": sorted(transformers.utils.get_available_devices())}}
         for kind in ("llama", "gpt2"):
@@ -416,6 +416,14 @@ def test_transformers_generates_with_the_simulated_torch_npu_imported():
             for case in ("greedy", "sampling"):
                 expected = generate(model, "cpu", case)
                 out[kind + "-" + case] = torch.equal(generate(model, "npu", case), expected)
+        # Assisted decoding deep-copies the model kwargs (npu tensors): it crashed the simulator once.
+        def assisted(device):
+            ids = torch.tensor(PROMPT[:1], device=device)
+            with torch.no_grad():
+                return tiny_model("llama").to(device).generate(
+                    ids, attention_mask=torch.ones_like(ids), assistant_model=tiny_model("gpt2").to(device),
+                    max_new_tokens=6, do_sample=False, pad_token_id=0).cpu()
+        out["llama-assisted"] = torch.equal(assisted("npu"), assisted("cpu"))
         print(json.dumps(out))
     """)
     result = run_python(code)
@@ -424,6 +432,7 @@ def test_transformers_generates_with_the_simulated_torch_npu_imported():
     assert out["available"] is True and "npu" in out["devices"]
     assert {k: v for k, v in out.items() if "-" in k} == {
         "llama-greedy": True, "llama-sampling": True, "gpt2-greedy": True, "gpt2-sampling": True,
+        "llama-assisted": True,
     }
 
 
