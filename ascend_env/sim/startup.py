@@ -278,6 +278,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             sim.enable_ops(environ.get(LABEL, environ[OPLISTS]), ops, environ.get(FALLBACK_DISABLE) == "1")
         else:
             sim.enable(environ.get(TORCH_NPU) or None)
+        sim.add_torch_npu_to_path()  # `import torch_npu` finds the simulated one
         from ascend_env.sim import paths
 
         paths.start_from_environment(environ)
