@@ -154,6 +154,7 @@ def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
         sim.enable_ops(table[startup.LABEL], ops, honoured)
     else:
         sim.enable(table[startup.TORCH_NPU])
+    sim.add_torch_npu_to_path()  # transformers' NPU code paths need an importable torch_npu
     return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
             "fallback_disable": in_force}
 

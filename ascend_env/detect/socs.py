@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 
 from ascend_env.exceptions import UsageError
 
-__all__ = ["ALIASES", "KNOWN", "canonical", "family", "jit_compile_default", "lookup"]
+__all__ = ["ALIASES", "KNOWN", "canonical", "family", "jit_compile_default", "lookup", "soc_version"]
 
 # In torch_npu's SocVersion order (NpuVariables.h): the 910A family, 310P, 910B, 310B, 910_93.
 KNOWN: Tuple[str, ...] = (
@@ -78,3 +78,17 @@ def family(soc: str) -> str:
         if name.startswith(prefix) and (label != "910B" or name != "Ascend910B"):
             return label
     return "910A"
+
+
+# The first SocVersion number of each group (Ascend/pytorch torch_npu/csrc/core/npu/NpuVariables.h,
+# branch v2.8.0, commit c4194988d3c830375abf08e01d5bec3fe6a86406); members count up from it.
+_SOC_VERSION_BASES = (("Ascend910PremiumA", 100), ("Ascend310P1", 200), ("Ascend910B1", 220),
+                      ("Ascend310B1", 240), ("Ascend910_9391", 250))
+
+
+def soc_version(soc: str) -> int:
+    """``torch_npu.npu.get_soc_version()`` on ``soc``: its number in torch_npu's SocVersion enum."""
+    index = KNOWN.index(canonical(soc))
+    first, number = max((KNOWN.index(name), base) for name, base in _SOC_VERSION_BASES
+                        if KNOWN.index(name) <= index)
+    return number + index - first

@@ -7,6 +7,9 @@ torch_npu's ``npu_cpu_fallback``: it runs the op on the CPU, prints torch_npu's 
 per op per process to fd 2 (unless silenced as torch_npu is), and is counted. ``fallbacks()``
 returns the counts since the last ``reset()``.
 
+The simulated ``torch_npu`` package (``pkgs/torch_npu``: ``torch_npu.npu``, ``transfer_to_npu``) is
+importable once :func:`add_torch_npu_to_path` put it on this process's ``sys.path``.
+
 Process-wide state: PyTorch's dispatcher cannot unregister kernels cleanly, so one process holds
 at most one table. ``_STATE`` below records it (this module's only global state); the C++ backend
 holds the dispatcher registrations, the fallback counts and the set of ops already warned about.
@@ -17,12 +20,16 @@ from __future__ import annotations
 
 import collections
 import inspect
+import os
 import sys
 from typing import Dict, FrozenSet, List, Optional
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
-__all__ = ["enable", "enable_ops", "enabled_table", "fallbacks", "reset", "unknown_ops"]
+__all__ = [
+    "add_torch_npu_to_path", "enable", "enable_ops", "enabled_table", "fallbacks", "reset", "torch_npu_path",
+    "unknown_ops",
+]
 
 DEVICE = "npu"
 
@@ -86,6 +93,23 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
         from ascend_env.hook import watch as _watch
 
         _watch.notify(boot.STATE, "ascend_env.sim")
+
+
+def torch_npu_path() -> str:
+    """The directory holding the simulated ``torch_npu`` package (never on ``sys.path`` by itself)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "pkgs")
+
+
+def add_torch_npu_to_path() -> None:
+    """Make ``import torch_npu`` find the simulated torch_npu in this process (after :func:`enable`).
+
+    The directory goes last on ``sys.path``, so a real torch_npu on the path is still the one
+    found, and the path finder finds it as it would a real one (the startup hook hears of it).
+    Calling it again does nothing; no other process is affected.
+    """
+    path = torch_npu_path()
+    if path not in sys.path:
+        sys.path.append(path)
 
 
 def fallbacks() -> collections.Counter[str]:

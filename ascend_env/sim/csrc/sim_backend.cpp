@@ -21,6 +21,7 @@
 // and are unused extras where it does not.
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -33,7 +34,12 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
 #include <torch/library.h>
+#if __has_include(<ATen/core/GeneratorForPrivateuseone.h>)
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#define ASCEND_SIM_GENERATOR_REGISTER 1
+#endif
 
 #include <unistd.h>
 
@@ -57,15 +63,44 @@ const c10::Device kNpuDevice(kNpu, 0);
 
 // ---------------------------------------------------------------- memory
 
+// Byte counts of the npu memory in use, for torch.npu.memory_allocated() and its peak.
+struct MemoryCounts {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> sizes;
+  int64_t allocated = 0;
+  int64_t peak = 0;
+};
+
+MemoryCounts& memory_counts() {
+  static auto* counts = new MemoryCounts();
+  return *counts;
+}
+
 struct SimAllocator final : c10::Allocator {
   // `allocate` is const up to torch 2.2 and not const from 2.3: define both, one overrides.
   c10::DataPtr allocate(size_t nbytes) const {
     void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (data) {
+      MemoryCounts& counts = memory_counts();
+      std::lock_guard<std::mutex> lock(counts.mutex);
+      counts.sizes[data] = nbytes;
+      counts.allocated += static_cast<int64_t>(nbytes);
+      counts.peak = std::max(counts.peak, counts.allocated);
+    }
     return {data, data, &release, kNpuDevice};
   }
   c10::DataPtr allocate(size_t nbytes) { return static_cast<const SimAllocator*>(this)->allocate(nbytes); }
   static void release(void* ptr) {
     if (ptr) {
+      {
+        MemoryCounts& counts = memory_counts();
+        std::lock_guard<std::mutex> lock(counts.mutex);
+        auto it = counts.sizes.find(ptr);
+        if (it != counts.sizes.end()) {
+          counts.allocated -= static_cast<int64_t>(it->second);
+          counts.sizes.erase(it);
+        }
+      }
       c10::free_cpu(ptr);
     }
   }
@@ -78,6 +113,123 @@ struct SimAllocator final : c10::Allocator {
 };
 
 SimAllocator sim_allocator;
+
+// Pinned host memory (torch_npu's pinned allocator hands out page-locked host memory): ordinary host
+// memory whose blocks are remembered, so that `is_pinned()` can tell them from other CPU memory.
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) const {
+    void* data = c10::alloc_cpu(nbytes ? nbytes : 1);
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      blocks()[data] = nbytes;
+    }
+    return {data, data, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DataPtr allocate(size_t nbytes) { return static_cast<const PinnedAllocator*>(this)->allocate(nbytes); }
+  static void release(void* ptr) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      blocks().erase(ptr);
+    }
+    c10::free_cpu(ptr);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count) {
+      std::memcpy(dest, src, count);
+    }
+  }
+  // Whether `ptr` points into a block this allocator handed out.
+  static bool owns(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto it = blocks().upper_bound(const_cast<void*>(ptr));
+    if (it == blocks().begin()) {
+      return false;
+    }
+    --it;
+    const char* base = static_cast<const char*>(it->first);
+    const char* p = static_cast<const char*>(ptr);
+    return p >= base && p < base + std::max<size_t>(it->second, 1);
+  }
+  static std::mutex& mutex() {
+    static std::mutex* m = new std::mutex();
+    return *m;
+  }
+  static std::map<void*, size_t>& blocks() {
+    static auto* b = new std::map<void*, size_t>();
+    return *b;
+  }
+};
+
+PinnedAllocator pinned_allocator;
+
+// ---------------------------------------------------------------- random numbers
+//
+// An npu generator is a CPU generator (mt19937, the CPU's algorithm, so that a seeded npu stream
+// reproduces the CPU's) that says it lives on npu:0. CPU kernels accept only CPU generators, so an
+// op on npu runs with a CPU twin that takes the npu generator's state and gives it back afterwards.
+struct NpuGenerator final : at::CPUGeneratorImpl {
+  explicit NpuGenerator(uint64_t seed = c10::default_rng_seed_val) : at::CPUGeneratorImpl(seed) {
+    device_ = kNpuDevice;
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+  NpuGenerator* clone_impl() const override {
+    auto* copy = new NpuGenerator();
+    copy_state(const_cast<NpuGenerator*>(this), copy);
+    return copy;
+  }
+  static void copy_state(at::CPUGeneratorImpl* from, at::CPUGeneratorImpl* to) {
+    to->set_engine(from->engine());
+    to->set_next_float_normal_sample(from->next_float_normal_sample());
+    to->set_next_double_normal_sample(from->next_double_normal_sample());
+  }
+};
+
+at::Generator new_npu_generator(c10::DeviceIndex = -1) { return at::make_generator<NpuGenerator>(); }
+
+const at::Generator& default_npu_generator() {
+  static const at::Generator* generator = new at::Generator(at::make_generator<NpuGenerator>());
+  return *generator;
+}
+
+
+// The generators of one npu op: each npu generator argument (or the npu default generator, where the
+// op was given none) swapped for a CPU twin while the CPU kernel runs.
+struct GeneratorSwaps {
+  std::vector<std::pair<at::Generator, at::Generator>> swaps;  // (npu generator, its CPU twin)
+
+  void swap_in(const c10::FunctionSchema& schema, torch::jit::Stack* stack, size_t first) {
+    const auto& arguments = schema.arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      c10::IValue& value = (*stack)[first + i];
+      at::Generator npu;
+      if (value.isGenerator()) {
+        npu = value.toGenerator();
+        if (npu.device().type() != kNpu) {
+          continue;
+        }
+      } else if (value.isNone() && arguments[i].type()->str().rfind("Generator", 0) == 0) {
+        npu = default_npu_generator();
+      } else {
+        continue;
+      }
+      at::Generator cpu = at::make_generator<at::CPUGeneratorImpl>();
+      {
+        std::lock_guard<std::mutex> lock(npu.mutex());
+        NpuGenerator::copy_state(npu.get<at::CPUGeneratorImpl>(), cpu.get<at::CPUGeneratorImpl>());
+      }
+      value = c10::IValue(cpu);
+      swaps.emplace_back(npu, cpu);
+    }
+  }
+
+  void swap_out() {
+    for (auto& [npu, cpu] : swaps) {
+      std::lock_guard<std::mutex> lock(npu.mutex());
+      NpuGenerator::copy_state(cpu.get<at::CPUGeneratorImpl>(), npu.get<at::CPUGeneratorImpl>());
+    }
+  }
+};
 
 // A CPU tensor over the memory of an npu tensor: its own CPU StorageImpl around the same bytes
 // (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too. The
@@ -166,6 +318,22 @@ at::Tensor& set_source_storage_offset(at::Tensor& result, c10::Storage storage, 
   return result;
 }
 
+// set_(Storage): the whole storage as a 1-d tensor (at::storage_copy, behind UntypedStorage.copy_,
+// clone() and deepcopy, sets tensors to storages this way).
+at::Tensor& set_source_storage(at::Tensor& result, c10::Storage storage) {
+  const int64_t itemsize = static_cast<int64_t>(result.dtype().itemsize());
+  const int64_t numel = static_cast<int64_t>(storage.nbytes()) / itemsize;
+  return set_source_storage_offset(result, std::move(storage), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& result, const at::Tensor& source) {
+  if (result.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) {
+    return result;
+  }
+  return set_source_storage_offset(result, source.storage(), source.storage_offset(), source.sizes(),
+                                   source.strides());
+}
+
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
   return at::native::view(self, size);
 }
@@ -174,7 +342,43 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
+// Pinned memory with npu as the pinned backend (torch_npu's torch_npu/csrc/aten/PinMemory.cpp,
+// Ascend/pytorch v6.0.rc2-pytorch2.1.0, commit 06cec48dda7dda594c652ec907cf296fc82a70c7, sends
+// is_pinned and _pin_memory without a device to PrivateUse1 through BackendSelect; their
+// PrivateUse1 kernels are these).
+bool is_pinned(const at::Tensor& self, c10::optional<at::Device>) {
+  return self.is_cpu() && self.has_storage() && self.storage().data() != nullptr &&
+         PinnedAllocator::owns(self.storage().data());
+}
+
+at::Tensor pin_memory(const at::Tensor& self, c10::optional<at::Device>) {
+  TORCH_CHECK(self.is_cpu(), "cannot pin '", self.toString(), "' only dense CPU tensors can be pinned");
+  c10::Storage storage(c10::Storage::use_byte_size_t(), self.storage().nbytes(), &pinned_allocator,
+                       /*resizable=*/false);
+  auto pinned = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                         self.dtype());
+  pinned.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides(), self.storage_offset());
+  pinned.copy_(self);
+  return pinned;
+}
+
+bool is_pinned_select(const at::Tensor& self, c10::optional<at::Device> device) {
+  if (!self.is_cpu()) {
+    return false;
+  }
+  c10::DispatchKeySet keys(c10::computeDispatchKey(c10::nullopt, self.layout(), device.value_or(kNpu)));
+  return at::_ops::is_pinned::redispatch(keys, self, device);
+}
+
+at::Tensor pin_memory_select(const at::Tensor& self, c10::optional<at::Device> device) {
+  TORCH_CHECK(self.is_cpu(), "cannot pin '", self.toString(), "' only dense CPU tensors can be pinned");
+  c10::DispatchKeySet keys(c10::computeDispatchKey(c10::nullopt, self.layout(), device.value_or(kNpu)));
+  return at::_ops::_pin_memory::redispatch(keys, self, device);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("is_pinned", &is_pinned);
+  m.impl("_pin_memory", &pin_memory);
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("empty_strided", &empty_strided);
   m.impl("_copy_from", &copy_from);
@@ -182,13 +386,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", &resize_);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("set_.source_Storage_storage_offset", &set_source_storage_offset);
+  m.impl("set_.source_Storage", &set_source_storage);
+  m.impl("set_.source_Tensor", &set_source_tensor);
   m.impl("view", &view);
   m.impl("_reshape_alias", &reshape_alias);
 }
 
 const std::set<std::string> kInfrastructure = {
-    "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize_",
-    "as_strided", "set_.source_Storage_storage_offset", "view", "_reshape_alias",
+    "is_pinned", "_pin_memory", "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
+    "resize_", "as_strided", "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
+    "view", "_reshape_alias",
 };
 
 // ---------------------------------------------------------------- device guard and hooks
@@ -229,8 +436,12 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex deviceCount() const { return 1; }
   c10::DeviceIndex getCurrentDevice() const { return 0; }
   at::Device getDeviceFromPtr(void*) const override { return kNpuDevice; }
-  bool isPinnedPtr(const void*) const { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const { return PinnedAllocator::owns(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const { return &pinned_allocator; }
+  // const from torch 2.2 (or so), not const in 2.1: define both, one overrides.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const { return default_npu_generator(); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) { return default_npu_generator(); }
+  at::Generator getNewGenerator(c10::DeviceIndex index = -1) const { return new_npu_generator(index); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
   }
@@ -243,6 +454,7 @@ struct State {
   std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
   std::vector<std::unique_ptr<torch::Library>> fallthroughs;  // autograd and autocast, where torch has none
+  std::unique_ptr<torch::Library> pinned_select;  // is_pinned / _pin_memory default to npu
   bool fallback_disable_supported = false;   // whether the table honours TORCH_NPU_FALLBACK_CPU_DISABLE
   std::map<std::string, int64_t> counts;     // fallbacks since the last reset
   std::set<std::string> warned;              // ops whose warning line was written
@@ -266,11 +478,40 @@ std::vector<std::unique_ptr<torch::Library>> missing_fallthroughs() {
   return libraries;
 }
 
+// A warning handler that drops warnings: torch_npu silences the dispatcher's "Overriding a
+// previously registered kernel" while it replaces the BackendSelect kernels below, as here.
+struct IgnoreWarnings final : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+std::unique_ptr<torch::Library> pinned_backend_select() {
+  static IgnoreWarnings ignore;
+  c10::WarningUtils::WarningHandlerGuard guard(&ignore);
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect,
+                                                  __FILE__, __LINE__);
+  library->impl("is_pinned", TORCH_FN(is_pinned_select));
+  library->impl("_pin_memory", TORCH_FN(pin_memory_select));
+  return library;
+}
+
 State& state() {
   static State* s = [] {
     at::RegisterPrivateUse1HooksInterface(new SimHooks());
+    // Storage made for npu by device type alone (UntypedStorage(n, device="npu"), so storage
+    // clone() and deepcopy) asks this registry for an allocator.
+    c10::SetAllocator(kNpu, &sim_allocator);
     auto* created = new State();
     created->fallthroughs = missing_fallthroughs();
+    created->pinned_select = pinned_backend_select();
+#ifdef ASCEND_SIM_GENERATOR_REGISTER
+    {
+      // torch 2.1 to 2.4 create `torch.Generator(device="npu")` through this registry; newer ones ask
+      // the hooks' getNewGenerator (above) and call the registry deprecated, with a warning.
+      static IgnoreWarnings ignore;
+      c10::WarningUtils::WarningHandlerGuard guard(&ignore);
+      static at::_GeneratorRegister registered(&new_npu_generator);
+    }
+#endif
     return created;
   }();
   return *s;
@@ -394,7 +635,10 @@ void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
   }
+  GeneratorSwaps generators;
+  generators.swap_in(schema, stack, first);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  generators.swap_out();
 
   sync_mutated(conv);
   const bool on_host = keep_results_on_host && !npu_device_argument;
@@ -474,7 +718,10 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "' is not currently supported on the NPU backend and will fall back to run on the CPU. "
               "This may have performance implications. (function npu_cpu_fallback)\n");
   }
+  GeneratorSwaps generators;
+  generators.swap_in(op.schema(), stack, stack->size() - op.schema().arguments().size());
   at::native::cpu_fallback(op, stack);
+  generators.swap_out();
 }
 
 // ---------------------------------------------------------------- the interface to Python
@@ -525,6 +772,21 @@ void reset_counts() {
 
 void init() { state(); }
 
+c10::optional<at::Generator> default_generator() { return default_npu_generator(); }
+
+// (bytes in use, peak since start or the last reset)
+std::vector<int64_t> memory_stats() {
+  MemoryCounts& counts = memory_counts();
+  std::lock_guard<std::mutex> lock(counts.mutex);
+  return {counts.allocated, counts.peak};
+}
+
+void reset_peak_memory() {
+  MemoryCounts& counts = memory_counts();
+  std::lock_guard<std::mutex> lock(counts.mutex);
+  counts.peak = counts.allocated;
+}
+
 // Autocast on the npu device, which torch 2.1 to 2.3 ask of the device module (torch.npu) and
 // torch_npu answers from its own C++: the PrivateUse1 autocast state. Newer torch keeps it per
 // device type (and declares the per-backend functions deprecated, with a warning on every call).
@@ -546,6 +808,9 @@ at::Tensor autocast_dtype() { return at::empty({0}, at::TensorOptions().dtype(au
 
 TORCH_LIBRARY(ascend_sim, m) {
   m.def("init() -> ()", &init);
+  m.def("default_generator() -> Generator?", &default_generator);
+  m.def("memory_stats() -> int[]", &memory_stats);
+  m.def("reset_peak_memory() -> ()", &reset_peak_memory);
   m.def("enable_table(str[] ops, bool fallback_disable) -> str[]", &enable_table);
   m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
   m.def("reset_counts() -> ()", &reset_counts);

@@ -1,0 +1,316 @@
+"""The audited process's report (``ascend_env.sim.startup``) and the audit's reading of reports.
+
+The reporter runs here with a fake counter in place of the simulator's, in child Pythons that
+fork, exit, exec and die the ways real commands do; no torch is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from ascend_env.checks import audit
+from ascend_env.exceptions import EnvironmentProblem, UsageError
+from ascend_env.sim import startup
+
+ROOT = str(Path(audit.__file__).resolve().parents[1])
+
+HARNESS = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from ascend_env.sim import startup
+    COUNTS = {{}}
+    SIGNAL_IN_COUNTS = []
+    def counts():
+        if SIGNAL_IN_COUNTS:
+            os.kill(os.getpid(), SIGNAL_IN_COUNTS.pop())
+        return dict(COUNTS)
+    def fall(n=1, op="aten::isin.Tensor_Tensor_out"):
+        COUNTS[op] = COUNTS.get(op, 0) + n
+    """
+)
+
+
+def run_reporter(tmp_path: Path, body: str, before: str = "") -> tuple:
+    """Run ``body`` after installing the reporter (``before`` runs first); returns (returncode, reports)."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    code = (HARNESS.format(root=ROOT) + textwrap.dedent(before)
+            + "startup.install(Path(sys.argv[1]), counts, 'test-table')\n" + textwrap.dedent(body))
+    result = subprocess.run([sys.executable, "-c", code, str(reports)], capture_output=True, text=True,
+                            timeout=30)
+    return result, audit.collect(reports)
+
+
+def by_origin(reports: List[dict], origin: str) -> List[dict]:
+    return [r for r in reports if r["origin"] == origin]
+
+
+def test_a_forked_child_reports_only_its_own_fallbacks(tmp_path):
+    result, reports = run_reporter(tmp_path, """
+        fall(2)
+        pid = os.fork()
+        if pid == 0:
+            fall(1, "aten::sort")
+            os._exit(4)
+        os.waitpid(pid, 0)
+        fall(1)
+    """)
+    assert result.returncode == 0, result.stderr
+    (parent,), (child,) = by_origin(reports, "start"), by_origin(reports, "fork")
+    assert parent["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 3} and parent["end"] == {"how": "exit"}
+    assert child["fallbacks"] == {"aten::sort": 1} and child["end"] == {"how": "os._exit", "code": 4}
+    assert child["ppid"] == parent["pid"] != child["pid"] and child["table"] == "test-table"
+
+
+def test_a_grandchild_subtracts_what_it_inherited_at_its_own_fork(tmp_path):
+    result, reports = run_reporter(tmp_path, """
+        fall(5)
+        pid = os.fork()
+        if pid == 0:
+            fall(2)
+            grandchild = os.fork()
+            if grandchild == 0:
+                fall(1)
+                sys.exit(0)  # atexit runs in a forked child too
+            os.waitpid(grandchild, 0)
+            sys.exit(0)
+        os.waitpid(pid, 0)
+    """)
+    assert result.returncode == 0, result.stderr
+    (parent,) = by_origin(reports, "start")
+    (child,) = [r for r in reports if r["ppid"] == parent["pid"]]
+    (grandchild,) = [r for r in reports if r["ppid"] == child["pid"]]
+    counts = [r["fallbacks"]["aten::isin.Tensor_Tensor_out"] for r in (parent, child, grandchild)]
+    assert counts == [5, 2, 1], reports
+    assert {r["end"]["how"] for r in reports} == {"exit"}
+
+
+def test_sigterm_while_the_last_report_is_written(tmp_path):
+    # The handler runs in the thread that is writing (the main thread): it must not wait on it.
+    result, reports = run_reporter(tmp_path, """
+        fall(1)
+        SIGNAL_IN_COUNTS.append(signal.SIGTERM)
+        os._exit(0)
+    """)
+    assert result.returncode == -signal.SIGTERM
+    (report,) = reports
+    assert report["end"] in ({"how": "signal", "signal": "SIGTERM"}, {"how": "os._exit", "code": 0})
+
+
+def test_counts_seen_before_sigkill_survive_it(tmp_path):
+    result, reports = run_reporter(tmp_path, f"""
+        fall(3)
+        time.sleep({startup.POLL_SECONDS * 6})
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    assert result.returncode == -signal.SIGKILL
+    (report,) = reports
+    assert report["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 3} and report["end"] is None
+
+
+def test_a_process_is_reported_from_its_start(tmp_path):
+    result, reports = run_reporter(tmp_path, "os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert result.returncode == -signal.SIGKILL
+    assert [(r["fallbacks"], r["end"]) for r in reports] == [({}, None)]
+
+
+def test_sigterm_writes_the_report_and_still_kills(tmp_path):
+    result, reports = run_reporter(tmp_path, """
+        fall(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    """)
+    assert result.returncode == -signal.SIGTERM
+    (report,) = reports
+    assert report["end"] == {"how": "signal", "signal": "SIGTERM"}
+    assert report["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 1}
+
+
+def test_an_ignored_sigterm_stays_ignored(tmp_path):
+    result, reports = run_reporter(tmp_path, """
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)
+    """, before="signal.signal(signal.SIGTERM, signal.SIG_IGN)\n")
+    assert result.returncode == 0, result.stderr
+    assert reports[0]["end"] == {"how": "exit"}
+
+
+def test_an_uncaught_exception_is_told(tmp_path):
+    result, reports = run_reporter(tmp_path, "fall(1)\nraise ValueError('boom')\n")
+    assert result.returncode == 1
+    assert reports[0]["end"] == {"how": "exception", "exception": "ValueError"}
+
+
+def test_exec_writes_the_last_report_first(tmp_path):
+    result, reports = run_reporter(tmp_path, """
+        fall(1)
+        os.execv(sys.executable, [sys.executable, "-c", "pass"])
+    """)
+    assert result.returncode == 0, result.stderr
+    assert reports[0]["end"] == {"how": "exec"} and reports[0]["fallbacks"] != {}
+
+
+def test_a_fork_that_execs_at_once_is_not_a_process(tmp_path):
+    # subprocess forks through the at-fork hooks when it has a preexec_fn.
+    result, reports = run_reporter(tmp_path, """
+        subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+        subprocess.run(["true"], check=True)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert len(reports) == 1
+
+
+def test_install_twice_is_refused(tmp_path):
+    result, _ = run_reporter(tmp_path, "startup.install(Path(sys.argv[1]), counts, 'again')\n")
+    assert result.returncode == 1 and "already installed" in result.stderr
+
+
+# ---------------------------------------------------------------- reading the reports
+
+ISIN = "aten::isin.Tensor_Tensor_out"
+
+
+def report(pid: int, fallbacks=None, end=None, rank=None, origin="start") -> dict:
+    return {"pid": pid, "ppid": 1, "argv": ["w.py"], "rank": rank, "origin": origin, "table": "t",
+            "fallbacks": fallbacks or {}, "end": end}
+
+
+@pytest.mark.parametrize("returncode, text", [(0, "exited 0"), (3, "exited 3"), (-11, "killed by SIGSEGV"),
+                                              (-9, "killed by SIGKILL")])
+def test_describe_exit(returncode, text):
+    assert audit.describe_exit(returncode) == text
+    assert audit.Outcome(10, returncode).ended() == text
+
+
+def test_a_timeout_is_the_ending():
+    assert audit.Outcome(10, -15, timeout=2.5, timed_out=True).ended() == "timed out after 2.5 s"
+
+
+@pytest.mark.parametrize("end, text, abnormal", [
+    ({"how": "exit"}, "exited", False),
+    ({"how": "exec"}, "replaced itself (exec)", False),
+    ({"how": "os._exit", "code": 0}, "os._exit(0)", False),
+    ({"how": "os._exit", "code": 3}, "os._exit(3)", True),
+    ({"how": "exception", "exception": "KeyError"}, "uncaught KeyError", True),
+    ({"how": "signal", "signal": "SIGTERM"}, "terminated by SIGTERM", False),
+    (None, "ended without a last report (killed by a signal, or crashed)", True),
+])
+def test_process_ending(end, text, abnormal):
+    ending = audit.process_ending(report(20, end=end), audit.Outcome(10, 0))
+    assert ending == {"ended": text, "abnormal": abnormal}
+
+
+def test_the_commands_own_process_ends_as_the_command_did():
+    outcome = audit.Outcome(10, -11)
+    ending = audit.process_ending(report(10, end=None), outcome)
+    assert ending == {"ended": "killed by SIGSEGV", "abnormal": True}
+
+
+def test_findings_add_up_every_process_and_keep_each():
+    reports = [report(10, {ISIN: 2}, {"how": "exit"}),
+               report(11, {ISIN: 1, "aten::sort": 1}, None, origin="fork"),
+               {"pid": 12, "argv": ["x"], "error": "no compiler"}]
+    findings = audit.findings_from("2.1.0.post6", ["python", "w.py"], audit.Outcome(10, 0), reports)
+    assert findings["fallbacks"] == {ISIN: 3, "aten::sort": 1} and findings["processes"] == 2
+    assert findings["errors"] == ["no compiler"] and findings["ended"] == "exited 0"
+    assert [(p["pid"], p["is_command"], p["abnormal"]) for p in findings["per_process"]] == [
+        (10, True, False), (11, False, True)]
+    assert audit.exit_code(findings) == 1
+    text = audit.format_text(findings)
+    assert "1 Python process ended abnormally:\n  pid 11 (w.py): ended without a last report" in text
+    assert f"  {ISIN}  3  (pids 10, 11)" in text
+
+
+def test_ranks_name_where_an_op_fell_back():
+    done = {"how": "exit"}
+    reports = [report(10), report(11, {}, done, rank="0"), report(12, {ISIN: 1}, done, rank="1")]
+    findings = audit.findings_from("t", ["torchrun"], audit.Outcome(10, 0), reports)
+    lines = audit.format_text(findings).splitlines()
+    assert lines[1:] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
+
+
+def test_a_timeout_fails_even_without_fallbacks():
+    findings = audit.findings_from("t", ["x"], audit.Outcome(10, -15, 3, True, 2), [report(10)])
+    assert audit.exit_code(findings) == 1 and findings["timed_out"] is True
+    assert audit.format_text(findings).splitlines()[1] == "the command timed out after 3 s; audit stopped it"
+
+
+def test_nothing_audited_says_how_the_command_ended():
+    with pytest.raises(EnvironmentProblem, match=r"nothing was audited \(the command killed by SIGKILL\)"):
+        audit.findings_from("t", ["x"], audit.Outcome(10, -9), [])
+
+
+# ---------------------------------------------------------------- running and stopping a command
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_timeout_stops_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "pid"
+    start = time.monotonic()
+    with pytest.raises(EnvironmentProblem, match=r"the command timed out after 0\.5 s"):
+        audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], "2.4.0", timeout=0.5)
+    assert time.monotonic() - start < 10
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_what_the_command_leaves_running_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(audit, "LINGER_SECONDS", 0.2)
+    pidfile = tmp_path / "pid"
+    with pytest.raises(EnvironmentProblem, match=r"the command exited 0"):
+        audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}"], "2.4.0")
+    assert not alive(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum):
+    pidfile = tmp_path / "pid"
+    made = []
+    real_mkdtemp = audit.tempfile.mkdtemp
+    monkeypatch.setattr(audit.tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1])
+
+    def send() -> None:
+        for _ in range(200):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+    with pytest.raises(audit.Interrupted) as raised:
+        audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], "2.4.0")
+    assert raised.value.signum == signum
+    assert not alive(int(pidfile.read_text()))
+    assert made and not os.path.exists(made[0])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_timeout_must_be_positive():
+    with pytest.raises(UsageError, match="--timeout"):
+        audit.run(["true"], "2.4.0", timeout=0)
+
+
+def test_a_long_list_of_abnormal_endings_is_cut_in_text_only():
+    reports = [report(10, end={"how": "exit"})] + [report(pid) for pid in range(11, 26)]
+    findings = audit.findings_from("t", ["x"], audit.Outcome(10, 0), reports)
+    lines = audit.format_text(findings).splitlines()
+    assert lines[1] == "15 Python processes ended abnormally:"
+    assert lines[12] == "  ... and 5 more (--json lists them all)"
+    assert sum(p["abnormal"] for p in findings["per_process"]) == 15
