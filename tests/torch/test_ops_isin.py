@@ -1,8 +1,8 @@
 """``ascend_env.kernels.isin.isin`` against native ``torch.isin`` and a set-based reference.
 
 Hypothesis settings: the ``ASCEND_ENV_HYPOTHESIS`` environment variable picks a profile
-(``default``, or ``big`` for ten times the examples). Failing examples are saved under
-``tests/hypothesis-failures`` and replayed first on the next run.
+(``default``, or ``big`` for ten times the examples). No example database: a failure hypothesis
+finds is fixed and kept as an ``@example`` of its test, which every run replays on every torch.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 import warnings
 import weakref
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, Union
 from unittest import mock
 
@@ -20,7 +19,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 from packaging.version import Version
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -28,8 +26,7 @@ from torch.utils._pytree import tree_flatten
 from ascend_env.kernels import isin as ops
 from ascend_env.kernels.isin import ATEN_KERNELS, NATIVE_OPS, STRATEGIES, isin
 
-_DATABASE = DirectoryBasedExampleDatabase(str(Path(__file__).resolve().parents[1] / "hypothesis-failures"))
-_COMMON = dict(deadline=None, database=_DATABASE, suppress_health_check=[HealthCheck.too_slow])
+_COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("isin-default", max_examples=1500, **_COMMON)
 settings.register_profile("isin-big", max_examples=15000, **_COMMON)
 _PROFILE = settings.get_profile("isin-" + os.environ.get("ASCEND_ENV_HYPOTHESIS", "default"))
