@@ -14,7 +14,7 @@ README = ROOT / "README.md"
 # CI (.ci/run) runs this line of the README verbatim.
 TEST_COMMAND = 'pip install "tox>=4.20" && tox run -m test'
 PAGES = ["index", "detect", "install", "verify", "audit", "patches", "hook", "simulator", "isin",
-         "reliability", "versions", "docker"]
+         "architecture", "reliability", "versions", "docker"]
 
 
 def test_readme_and_every_page_have_no_broken_link_or_path():
