@@ -69,11 +69,11 @@ def script(tmp_path_factory):
     return str(path)
 
 
-def line_of(function, needle: str) -> str:
-    """``transformers/...py:LINE`` of the line of ``function`` that contains ``needle``."""
+def line_of(function, *needles: str) -> str:
+    """``transformers/...py:LINE`` of the one line of ``function`` that contains every needle."""
     lines, first = inspect.getsourcelines(function)
-    found = [first + i for i, text in enumerate(lines) if needle in text]
-    assert len(found) == 1, (function, needle, found)
+    found = [first + i for i, text in enumerate(lines) if all(needle in text for needle in needles)]
+    assert len(found) == 1, (function, needles, found)
     path = inspect.getsourcefile(function)
     return path.split("site-packages/", 1)[-1] + f":{found[0]}"
 
@@ -85,7 +85,10 @@ def step_syncs():
 
     return {
         line_of(GenerationMixin._has_unfinished_sequences, "elif this_peer_finished:"): 1,
-        line_of(GenerationMixin.prepare_inputs_for_generation, "cache_position[-1] >= input_ids.shape[1]"): 1,
+        # 4.46: `if inputs_embeds is not None or cache_position[-1] >= input_ids.shape[1]:  # Exception
+        # 1 or Exception 3`; 4.49 and 4.57 spell the same test inside an `elif (...)`.
+        line_of(GenerationMixin.prepare_inputs_for_generation, "cache_position[-1] >= input_ids.shape[1]",
+                "Exception 3"): 1,
     }
 
 
