@@ -18,6 +18,7 @@ so every step from the first one that reads the cache on has exactly those two.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import sys
@@ -78,17 +79,33 @@ def line_of(function, *needles: str) -> str:
     return path.split("site-packages/", 1)[-1] + f":{found[0]}"
 
 
+def sync_line(function, *needles: str) -> str:
+    """Where Python reports a host sync in the condition of an ``if``/``elif`` on the line with
+    ``needles``: that line from 3.10 on; before, CPython numbers a multi-line condition's code by the
+    statement's first line (the ``elif (`` of transformers 4.49 on Python 3.9)."""
+    where = line_of(function, *needles)
+    if sys.version_info >= (3, 10):
+        return where
+    path, number = where.rsplit(":", 1)
+    lines, first = inspect.getsourcelines(function)
+    target = int(number) - first + 1
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    starts = [node.lineno for node in ast.walk(tree)
+              if isinstance(node, ast.If) and node.lineno <= target <= (node.test.end_lineno or node.lineno)]
+    return f"{path}:{max(starts) + first - 1}" if starts else where
+
+
 @pytest.fixture(scope="module")
 def step_syncs():
     """The two host syncs of each decoding step of transformers' ``_sample`` (see the module docstring)."""
     from transformers.generation.utils import GenerationMixin
 
     return {
-        line_of(GenerationMixin._has_unfinished_sequences, "elif this_peer_finished:"): 1,
+        sync_line(GenerationMixin._has_unfinished_sequences, "elif this_peer_finished:"): 1,
         # 4.46: `if inputs_embeds is not None or cache_position[-1] >= input_ids.shape[1]:  # Exception
         # 1 or Exception 3`; 4.49 and 4.57 spell the same test inside an `elif (...)`.
-        line_of(GenerationMixin.prepare_inputs_for_generation, "cache_position[-1] >= input_ids.shape[1]",
-                "Exception 3"): 1,
+        sync_line(GenerationMixin.prepare_inputs_for_generation, "cache_position[-1] >= input_ids.shape[1]",
+                  "Exception 3"): 1,
     }
 
 
