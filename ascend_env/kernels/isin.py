@@ -621,7 +621,9 @@ def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
         _found(ordered, _part(elements, start, length), compare, out=_part(dst, start, length))
 
 
-def _found(ordered: Tensor, values: Tensor, compare: Callable, out: Optional[Tensor] = None) -> Tensor:
+def _found(
+    ordered: Tensor, values: Tensor, compare: Callable[..., Tensor], out: Optional[Tensor] = None
+) -> Tensor:
     """``compare`` of each of ``values`` with the element ``searchsorted`` finds for it in
     ``ordered`` (sorted, non-empty): ``eq`` gives membership, ``ne`` its inverse."""
     position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(ordered.numel() - 1)
@@ -644,7 +646,7 @@ def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> Non
         _search_in_order(_part(elements, start, length), ordered, compare, _part(dst, start, length))
 
 
-def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable, dst: Tensor) -> None:
+def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable[..., Tensor], dst: Tensor) -> None:
     """One chunk of :func:`_sort_both` (a function, so that its intermediates die with it)."""
     order = torch.sort(_sort_key(part))[1]
     values = part.index_select(0, order)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
@@ -180,7 +180,7 @@ class FileStatus:
     new: Optional[bytes] = None
     error: Optional[AscendEnvError] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = {"path": self.path, "patch": self.patch, "status": self.status}
         if self.detail:
             data["detail"] = self.detail
@@ -328,7 +328,7 @@ class Plan:
     changes: List[Change] = field(default_factory=list)
     blobs: Dict[str, bytes] = field(default_factory=dict)
     state: Optional[State] = None
-    report: dict = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 def _settled(plan: Callable[[], Plan]) -> Plan:
@@ -487,7 +487,7 @@ def install(
     directory: Optional[Path] = None,
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Patch transformers in ``site_packages`` (see :func:`plan_install`); returns the report."""
     kwargs = dict(
         patches=patches, directory=directory, extra_files=extra_files, search_sys_path=search_sys_path
@@ -619,7 +619,7 @@ def plan_restore(site_packages: Path) -> Plan:
     return plan
 
 
-def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
+def restore(site_packages: Path, *, dry_run: bool = False) -> dict[str, Any]:
     """Put back the recorded original bytes and remove ascend-env's files and state."""
     plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
@@ -648,9 +648,9 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
 
 def status(
     site_packages: Path, *, directory: Optional[Path] = None, search_sys_path: bool = False
-) -> Tuple[dict, int]:
+) -> Tuple[dict[str, Any], int]:
     """What is applied; returns the report and the exit code (0 fine, 1 act, 2 error)."""
-    report: dict = {"site_packages": str(site_packages)}
+    report: dict[str, Any] = {"site_packages": str(site_packages)}
     journal = read_journal(site_packages)
     state = read_state(site_packages)
     if find_distribution(site_packages, DISTRIBUTION) is None and journal is None:
@@ -707,8 +707,8 @@ def status(
 
 
 def _status_without_transformers(
-    report: dict, site_packages: Path, state: Optional[State]
-) -> Tuple[dict, int]:
+    report: dict[str, Any], site_packages: Path, state: Optional[State]
+) -> Tuple[dict[str, Any], int]:
     """status where transformers is not installed: a hook-only install, nothing at all, or files
     kept for a transformers that was uninstalled after install (restore cleans them up)."""
     report.update(transformers=None, files=[])

@@ -299,7 +299,7 @@ def _paths_report() -> Optional[Dict[str, Any]]:
     return None if paths is None else paths.report()
 
 
-def _write(path: Path, data: dict) -> None:
+def _write(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     partial.write_text(json.dumps(data), encoding="utf-8")
     os.replace(partial, path)
