@@ -208,7 +208,8 @@ _KEY_TRIM = 2
 # (measured: 262,144 keys drawn from [0, 32700) abort with "free(): invalid size", from [0, 32512)
 # sort fine; torch 2.2 and later sort both). There the key is halved after the cast, to at most
 # 2**14 - 1, which costs it one bit of resolution.
-_KEY_HALVED = torch.__version__ < (2, 2)
+# TorchVersion compares with tuples at run time; its stub declares a plain str.
+_KEY_HALVED = torch.__version__ < (2, 2)  # type: ignore[operator]
 
 
 def isin(
