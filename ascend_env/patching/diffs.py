@@ -238,8 +238,8 @@ def parse_patch(text: str, name: str) -> FilePatch:
                 "keep one modification diff of one file: no renames, mode changes, binaries or notes.",
             )
 
-    from unidiff.patch import PatchSet
     from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         patch_set = PatchSet("\n".join(body) + "\n")
@@ -282,7 +282,9 @@ def parse_patch(text: str, name: str) -> FilePatch:
     return FilePatch(name=name, header=header, source=source, target=target, hunks=hunks)
 
 
-def _check_every_line_used(body: Sequence[str], patched: unidiff.patch.PatchedFile, name: str, start: int) -> None:
+def _check_every_line_used(
+    body: Sequence[str], patched: unidiff.patch.PatchedFile, name: str, start: int
+) -> None:
     # unidiff keeps lines it does not understand as "patch info"; a patch file has none.
     used = set()
     for raw in patched:
