@@ -406,6 +406,7 @@ def plan_install(
             plan.changes.append(Change(path, before, after))
             plan.blobs[after] = new
             if current is not None:
+                assert before is not None  # the digest of current
                 plan.blobs[before] = current
             # What restore puts back: what was there before ascend-env first wrote the file
             # (nothing, for the hook's files), not bytes someone edited into it since; but a file
@@ -423,9 +424,12 @@ def plan_install(
 
     outcome = inspection.outcome
     files: List[FileStatus] = inspection.files if wanted else []
+    # Only a hook-only plan (--patches never, no transformers) has no distribution.
     if wanted and isinstance(outcome, UnknownRelease):
+        assert dist is not None
         raise _unknown(dist, directory)
     if wanted and isinstance(outcome, NothingToDo):
+        assert dist is not None
         plan.report["reason"] = f"transformers {dist.version} needs no patch: {outcome.why}"
     _refuse_conflicts(files)
     final: Dict[str, bytes] = {}
@@ -438,6 +442,7 @@ def plan_install(
             add(status.path, "patch", status.current, status.current, status.patch)
             final[status.path] = status.current
     if final:
+        assert dist is not None  # the files patched belong to it
         record_file = site_packages / dist.record_path
         current_record = record_file.read_bytes()
         add(dist.record_path, "record", current_record, rewrite_record(current_record, final))
@@ -447,15 +452,15 @@ def plan_install(
                 dist.record_path, "record", previous.before, entries[dist.record_path].after
             )
     for name, data in sorted((extra_files or {}).items()):
-        path = site_packages / name
-        cache = path.parent.name == "__pycache__" and path.parent.parent == site_packages
-        if not _inside(site_packages, name) or not (path.parent.is_dir() or cache):
+        file_path = site_packages / name
+        cache = file_path.parent.name == "__pycache__" and file_path.parent.parent == site_packages
+        if not _inside(site_packages, name) or not (file_path.parent.is_dir() or cache):
             raise UsageError(
                 f"extra file {name!r} is not a plain file name inside {site_packages} "
                 "(a symbolic link, or a path that leaves it).",
-                f"remove {path} if it is a link, then run the command again.",
+                f"remove {file_path} if it is a link, then run the command again.",
             )
-        current = read_file(path)
+        current = read_file(file_path)
         add(name, "extra", current, data)
     for path, entry in old_entries.items():
         # An entry that no file of this run claims is kept, unless it is a file ascend-env amended
@@ -489,7 +494,7 @@ def install(
     search_sys_path: bool = False,
 ) -> dict[str, Any]:
     """Patch transformers in ``site_packages`` (see :func:`plan_install`); returns the report."""
-    kwargs = dict(
+    kwargs: Dict[str, Any] = dict(
         patches=patches, directory=directory, extra_files=extra_files, search_sys_path=search_sys_path
     )
     plan = _settled(lambda: plan_install(site_packages, **kwargs))
@@ -562,10 +567,12 @@ def plan_restore(site_packages: Path) -> Plan:
             original = None if entry.before is None else read_blob(site_packages, entry.before)
             plan.changes.append(Change(entry.path, digest, entry.before))
             if original is not None:
+                assert entry.before is not None  # original was read from its blob
                 plan.blobs[entry.before] = original
                 if entry.kind == "patch":
                     originals[entry.path] = original
             if current is not None:
+                assert digest is not None  # the digest of current
                 plan.blobs[digest] = current
         elif entry.kind == "patch" and not same_release:
             action = "skipped: belongs to a transformers release that was replaced"
@@ -575,7 +582,9 @@ def plan_restore(site_packages: Path) -> Plan:
             # name, so restore removes it all the same, edits included.
             action = "removed (edited since install)"
             plan.changes.append(Change(entry.path, digest, None))
-            plan.blobs[digest] = current  # type: ignore[assignment]
+            # digest differs from entry.before (None), so the file exists: current is its bytes.
+            assert digest is not None and current is not None
+            plan.blobs[digest] = current
         elif entry.kind == "extra":
             # A file install amended (ascend-env's own RECORD) that another installer has
             # replaced or removed since (pip install of another ascend-env build): it is theirs now.
@@ -598,6 +607,7 @@ def plan_restore(site_packages: Path) -> Plan:
         elif digest == entry.before:
             action = "original"
         elif digest == entry.after and entry.before is not None:
+            assert digest is not None  # current is not None here
             plan.changes.append(Change(entry.path, digest, entry.before))
             plan.blobs[entry.before] = read_blob(site_packages, entry.before)
             plan.blobs[digest] = current
@@ -610,6 +620,7 @@ def plan_restore(site_packages: Path) -> Plan:
                 desired = current
             action = "original"
             if desired != current:
+                assert digest is not None  # current is not None here
                 plan.changes.append(Change(entry.path, digest, sha256_hex(desired)))
                 plan.blobs[sha256_hex(desired)] = desired
                 plan.blobs[digest] = current
