@@ -127,7 +127,7 @@ class Model:
     def __init__(self, data: oppaths.OpPaths, table_ops: frozenset[str]) -> None:
         self.data = data
         self.table_ops = table_ops
-        self.seen: set[str] = set()
+        self.seen: set[tuple[Any, ...]] = set()
         self.names: Dict[Any, str] = {}
         self.outside = Bucket()
         self.totals = Bucket()
@@ -449,8 +449,11 @@ def report() -> Optional[dict[str, Any]]:
 def _push_mode(model: Model) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class PathsMode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    # TorchDispatchMode's __init_subclass__, __init__ and __enter__ have no annotations.
+    class PathsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Optional[dict[str, Any]] = None
+        ) -> Any:
             kwargs = kwargs or {}
             try:
                 model.observe(func, args, kwargs)
@@ -459,7 +462,7 @@ def _push_mode(model: Model) -> None:
                     model.errors.append(f"{func}: {type(exc).__name__}: {exc}")
             return func(*args, **kwargs)
 
-    PathsMode().__enter__()
+    PathsMode().__enter__()  # type: ignore[no-untyped-call]
 
 
 # --------------------------------------------------------------------------- transformers hooks
@@ -479,6 +482,7 @@ def _hook_transformers(model: Model) -> None:
         else:
             pending[name] = wrap
     if pending:
+        # A finder by its find_spec alone; typeshed wants the MetaPathFinder protocol's other methods.
         sys.meta_path.insert(0, _Finder(pending))  # type: ignore[arg-type]
 
 
@@ -489,7 +493,7 @@ def _wrap_stopping(model: Model, module: Any) -> None:
     original = cls.__call__
 
     @functools.wraps(original)
-    def call(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -506,7 +510,7 @@ def _wrap_generate(model: Model, module: Any) -> None:
     original = cls.generate
 
     @functools.wraps(original)
-    def generate(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         model.enter_generate()
         try:
             return original(self, *args, **kwargs)
@@ -539,7 +543,7 @@ class _Finder:
             return spec
         del self.pending[fullname]
         if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)  # type: ignore[arg-type]
+            sys.meta_path.remove(self)
         loader = spec.loader
         original = loader.exec_module
 
