@@ -6,7 +6,7 @@ CLI returns: 1 when a check failed, 2 for a usage or environment error.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 class AscendEnvError(Exception):
@@ -19,7 +19,7 @@ class AscendEnvError(Exception):
         self.fix = fix
         super().__init__(problem if fix is None else f"{problem}\n  fix: {fix}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"error": type(self).__name__, "problem": self.problem, "fix": self.fix}
 
 
@@ -52,8 +52,8 @@ class HunkMismatch(PatchError):
         path: str = "",
         hunk: int = 0,
         line: int = 0,
-        expected: tuple = (),
-        found: tuple = (),
+        expected: tuple[Any, ...] = (),
+        found: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(problem, fix)
         self.path = path
@@ -62,7 +62,7 @@ class HunkMismatch(PatchError):
         self.expected = expected
         self.found = found
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data.update(
             path=self.path, hunk=self.hunk, line=self.line,

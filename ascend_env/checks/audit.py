@@ -102,7 +102,7 @@ def audited_environment(table: Mapping[str, str], reports: Path,
     return env
 
 
-def collect(reports: Path) -> List[dict]:
+def collect(reports: Path) -> List[dict[str, Any]]:
     """The reports the audited processes wrote, oldest pid first."""
     found = []
     for path in sorted(reports.glob("*.json")):
@@ -173,7 +173,9 @@ def process_ending(report: Mapping[str, Any], outcome: Outcome) -> Dict[str, Any
     return {"ended": f"ended ({how})", "abnormal": True}
 
 
-def findings_from(label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[dict]) -> dict:
+def findings_from(
+    label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     """The audit's findings from the command's outcome and its processes' reports."""
     if not reports:
         raise EnvironmentProblem(
@@ -182,7 +184,7 @@ def findings_from(label: str, command: Sequence[str], outcome: Outcome, reports:
             "run a Python command that can import ascend_env and torch, e.g. -- python my_script.py",
         )
     errors = [str(report["error"]) for report in reports if "error" in report]
-    totals: collections.Counter = collections.Counter()
+    totals: collections.Counter[str] = collections.Counter()
     per_process = []
     for report in reports:
         if "error" in report:
@@ -210,7 +212,7 @@ def findings_from(label: str, command: Sequence[str], outcome: Outcome, reports:
 
 
 def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Optional[float] = None,
-        soc: Optional[str] = None, paths: bool = False) -> dict:
+        soc: Optional[str] = None, paths: bool = False) -> dict[str, Any]:
     """Run ``command`` on the simulated NPU and return the audit's findings (see ``findings_from``).
 
     Keys: ``table``, ``command``, ``returncode``, ``processes`` (how many Python processes ran on
@@ -315,7 +317,7 @@ def _supervise(command: List[str], env: Dict[str, str], timeout: Optional[float]
     return Outcome(proc.pid, returncode, timeout, timed_out, stopped)
 
 
-def _stop(proc: subprocess.Popen, reports: Path, linger: float, signals: _Signals) -> int:
+def _stop(proc: subprocess.Popen[bytes], reports: Path, linger: float, signals: _Signals) -> int:
     """Let what is left of the command end within ``linger`` seconds, then SIGTERM, then SIGKILL it.
 
     Returns how many processes were still running and had to be signalled.
@@ -350,7 +352,7 @@ def _kill(send: Any, target: int, sig: int) -> None:
         pass
 
 
-def _alive(proc: subprocess.Popen, group: int, reports: Path) -> tuple[Set[int], Set[int]]:
+def _alive(proc: subprocess.Popen[bytes], group: int, reports: Path) -> tuple[Set[int], Set[int]]:
     """Live processes of the command: those in its process group, and audited ones outside it
     (torchrun, for one, starts its ranks in sessions of their own)."""
     proc.poll()  # reap the leader, so that it is not counted as a zombie member
@@ -406,7 +408,7 @@ def _audited_elsewhere(reports: Path, exclude: Set[int]) -> Set[int]:
     return found
 
 
-def exit_code(findings: dict, fail_on: Sequence[str] = ("fallbacks",)) -> int:
+def exit_code(findings: dict[str, Any], fail_on: Sequence[str] = ("fallbacks",)) -> int:
     """1 if the simulator failed to start, the command failed or timed out, or a finding of
     ``fail_on`` is present (``fallbacks``; with ``--paths``: ``compiles``, ``syncs``, ``64bit``);
     else 0."""
@@ -446,7 +448,7 @@ def _rank_key(rank: str) -> tuple[int, str]:
     return (int(rank), rank) if rank.isdigit() else (1 << 30, rank)
 
 
-def format_text(findings: dict) -> str:
+def format_text(findings: dict[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"audit: torch_npu {findings['table']} op table on the simulated NPU"]
     if findings.get("timed_out"):
@@ -485,5 +487,5 @@ def format_text(findings: dict) -> str:
     return "\n".join(lines + _paths_text(findings))
 
 
-def _paths_text(findings: dict) -> List[str]:
+def _paths_text(findings: dict[str, Any]) -> List[str]:
     return sim_paths.format_text(findings["paths"]) if "paths" in findings else []

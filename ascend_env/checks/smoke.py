@@ -126,12 +126,14 @@ def start_npu() -> Dict[str, Any]:
     import torch
     import torch_npu  # noqa: F401
 
-    if not torch.npu.is_available() or torch.npu.device_count() < 1:
+    # torch.npu is torch_npu's, set by its import; torch's own types do not declare it.
+    if not torch.npu.is_available() or torch.npu.device_count() < 1:  # type: ignore[attr-defined]
         raise RuntimeError("torch_npu imported, but no NPU device answered (torch.npu.is_available())")
     torch.empty(1, device="npu:0")
     return {
         "kind": "npu", "release": getattr(torch_npu, "__version__", release),
-        "name": str(torch.npu.get_device_name(0)), "fallback_disable": in_force,
+        "name": str(torch.npu.get_device_name(0)),  # type: ignore[attr-defined]
+        "fallback_disable": in_force,
     }
 
 

@@ -421,7 +421,7 @@ def judge(
     fallback at all. Other fallbacks are findings.
     """
     first = runs[0].report
-    backend = next((s.report["backend"] for s in runs if "backend" in s.report), {})
+    backend: Dict[str, Any] = next((s.report["backend"] for s in runs if "backend" in s.report), {})
     result: Dict[str, Any] = {
         "ok": False, "schema": 1,
         "device": "npu" if backend.get("kind") == "npu" else "simulator",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from ascend_env.detect.report import CompileMode, Package, Report, detect
 from ascend_env.exceptions import UsageError
@@ -70,7 +70,7 @@ def _compile_mode_lines(mode: CompileMode) -> List[str]:
     return [f"  SoC: {soc}", f"  binary kernels: {found}", f"  torch_npu's default: {jit}"]
 
 
-def render(report: Report, heading=lambda text: text) -> str:
+def render(report: Report, heading: Callable[[str], str] = lambda text: text) -> str:
     """The human report, in the style of PyTorch's ``collect_env``."""
     lines = [
         f"Python version: {report.python_version} ({report.python_implementation}, {report.machine})",

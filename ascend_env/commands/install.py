@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
@@ -37,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_patches_dir(parser)
 
 
-def describe(report: dict) -> str:
+def describe(report: dict[str, Any]) -> str:
     """The plain-text form of an install or restore report."""
     lines = [
         f"{report['result']}: transformers {report.get('transformers') or '(not installed)'} in "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.hook import files as hook
@@ -13,7 +13,7 @@ from ascend_env.output import continued, write_json, write_text
 from ascend_env.patching import engine
 
 
-def describe_hook(hook_status: dict) -> List[str]:
+def describe_hook(hook_status: dict[str, Any]) -> List[str]:
     """The plain-text lines of :func:`hook_report`."""
     if not hook_status["installed"]:
         return ["  startup hook: not installed"]
@@ -58,10 +58,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_patches_dir(parser)
 
 
-def hook_report(site_packages: Path) -> Tuple[dict, int]:
+def hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
-    report: dict = {"installed": hook.installed(site_packages), "current": hook.is_current(site_packages),
-                    "compile_guard": hook.compile_guard_setting(site_packages)}
+    report: dict[str, Any] = {
+        "installed": hook.installed(site_packages), "current": hook.is_current(site_packages),
+        "compile_guard": hook.compile_guard_setting(site_packages)}
     if not report["installed"]:
         return report, 0
     if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 INFO_FILE = "ascend_toolkit_install.info"
 VERSION_CFG = "version.cfg"
@@ -94,7 +94,7 @@ class CannVersion:
         """Whether this is a test build, a release candidate, or an alpha/beta build."""
         return self.stage != "" or self.suffix != ""
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[Any, ...]:
         """The total order: by line, then T < RC < release, then number, hot fixes, and suffix.
 
         So ``8.0.T6 < 8.0.RC2 < 8.0.RC3.alpha001 < 8.0.RC3.beta1 < 8.0.RC3 < 8.0.RC3.1 < 8.0.0 <
@@ -147,9 +147,9 @@ def read_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def parse_key_values(text: str) -> dict:
+def parse_key_values(text: str) -> dict[str, Any]:
     """``key=value`` lines as a dict (first occurrence wins; other lines are ignored)."""
-    values: dict = {}
+    values: dict[str, Any] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         key = key.strip()
@@ -187,7 +187,7 @@ class Toolkit:
     def found(self) -> bool:
         return self.root is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "found": self.found,
             "root": None if self.root is None else str(self.root),
@@ -206,7 +206,7 @@ def _versioned_dirs(prefix: Path) -> List[Path]:
     except OSError:
         return []
 
-    def key(path: Path) -> tuple:
+    def key(path: Path) -> tuple[Any, ...]:
         parsed = parse_version(path.name[len("cann-"):])
         return (parsed is not None, parsed.sort_key() if parsed else (), path.name)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -53,7 +53,7 @@ class Row:
     x86_64_requires_torch: Optional[str] = None
 
     @classmethod
-    def from_dict(cls, data: dict) -> Row:
+    def from_dict(cls, data: dict[str, Any]) -> Row:
         cann = data.get("cann")
         return cls(
             torch_npu=str(data["torch_npu"]),
@@ -68,7 +68,7 @@ class Row:
             x86_64_requires_torch=data.get("x86_64_requires_torch"),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "torch_npu": self.torch_npu,
             "torch": self.torch,
@@ -138,7 +138,7 @@ class Check:
     status: str
     reason: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "reason": self.reason}
 
 
@@ -160,7 +160,7 @@ class Verdict:
         self.checks.append(Check(name, status, reason))
         self.status = max((c.status for c in self.checks), key=_RANK.__getitem__)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.status,
             "reasons": self.reasons,

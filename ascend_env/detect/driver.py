@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ascend_env.detect.cann import SYSTEM_PREFIX, parse_key_values, read_text, shown
 
@@ -33,7 +33,7 @@ class Driver:
     def found(self) -> bool:
         return self.path is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "found": self.found,
             "path": None if self.path is None else str(self.path),

@@ -74,7 +74,7 @@ def parse_supported(text: str, source: str = "<yaml>") -> FrozenSet[str]:
 
 def read_files(paths: Iterable[Path]) -> FrozenSet[str]:
     """The union of the ``supported:`` lists of the given YAML files (missing files are skipped)."""
-    ops: set = set()
+    ops: set[str] = set()
     found = False
     for path in paths:
         try:

@@ -45,7 +45,8 @@ def search_path(paths: Optional[Sequence[Path]] = None) -> List[str]:
 def name_of(dist: Distribution) -> str:
     """The distribution's project name as written in its metadata (``""`` when missing)."""
     try:
-        return dist.metadata.get("Name") or ""
+        # An email.message.Message at run time; PackageMetadata declares get() from Python 3.12 only.
+        return dist.metadata.get("Name") or ""  # type: ignore[attr-defined]
     except Exception:  # a broken METADATA file must not stop the search
         return ""
 
@@ -112,7 +113,8 @@ def find(name: str, paths: Optional[Sequence[Path]] = None) -> Optional[Distribu
 def version(dist: Distribution) -> Optional[str]:
     """The ``Version`` of ``dist``, or ``None`` when its metadata has none."""
     try:
-        value = dist.metadata.get("Version")
+        # An email.message.Message at run time; PackageMetadata declares get() from Python 3.12 only.
+        value = dist.metadata.get("Version")  # type: ignore[attr-defined]
     except Exception:
         return None
     return value.strip() if value and value.strip() else None

@@ -11,7 +11,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from ascend_env.detect import cann as cann_mod
 from ascend_env.detect import compat, socs
@@ -45,7 +45,7 @@ class Package:
     def installed(self) -> bool:
         return self.version is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "installed": self.installed,
             "version": self.version,
@@ -71,7 +71,7 @@ class Isin:
     def install_has_work(self) -> Optional[bool]:
         return self.falls_back
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "falls_back": self.falls_back,
             "status": self.status,
@@ -96,7 +96,7 @@ class CompileMode:
         """Whether, left alone, torch_npu compiles ops online at every new shape (None: unknown)."""
         return self.jit_compile_default
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "soc": self.soc,
             "soc_source": self.soc_source,
@@ -165,7 +165,7 @@ class Report:
             found.extend(f"{label}: {item}" for item in items)
         return found
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "verdict": self.verdict,

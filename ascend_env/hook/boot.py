@@ -15,6 +15,14 @@ silent.
 
 import sys
 
+# Types in comments, and their names imported for mypy alone (it takes MYPY as true): at run time
+# the hook imports nothing more (no typing), and a comment costs nothing at start-up.
+MYPY = False
+if MYPY:  # (ruff does not read type comments: F401)
+    from importlib.machinery import ModuleSpec  # noqa: F401
+    from types import ModuleType, SimpleNamespace  # noqa: F401
+    from typing import Optional, Sequence  # noqa: F401
+
 DISABLE_VARIABLE = "ASCEND_ENV_DISABLE"
 WATCHED = "torch_npu"
 #: Whether to apply the compile-mode guard (``ascend_env.compile_guard``) once torch_npu comes up;
@@ -27,12 +35,15 @@ COMPILE_GUARD = True
 #: ``"ascend_env.sim"``), ``errors`` (``"Type: message"`` of every swallowed exception) and
 #: ``searching`` (the other finders are being asked, so this one does not answer). A
 #: ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
-STATE = type(sys.implementation)(
+# sys.implementation's class is types.SimpleNamespace at run time; typeshed gives it a class of
+# its own, with sys.implementation's fields only.
+STATE = type(sys.implementation)(  # type: ignore[call-arg, assignment]
     started=False, disabled=False, finder=None, events=[], errors=[], searching=False
-)
+)  # type: SimpleNamespace
 
 
 def find_spec(fullname, path=None, target=None):
+    # type: (str, Optional[Sequence[str]], Optional[ModuleType]) -> Optional[ModuleSpec]
     """The meta path finder's one method: ``None`` for every name but :data:`WATCHED`."""
     if fullname != WATCHED or STATE.searching:
         return None
@@ -48,6 +59,7 @@ def find_spec(fullname, path=None, target=None):
 
 
 def main():
+    # type: () -> None
     """Install the hook in this process, unless the kill switch is set to anything but empty,
     ``0``, ``false``, ``no`` or ``off``. Calling it again does nothing."""
     try:

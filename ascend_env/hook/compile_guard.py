@@ -24,7 +24,7 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypedDict
 
 from ascend_env.detect import socs
 
@@ -122,9 +122,17 @@ def find_kernels(toolkit: Optional[Path]) -> Kernels:
     return Kernels(True, str(path), names)
 
 
+class _Where(TypedDict):
+    """Where a :class:`Decision` looked: its ``soc``, ``soc_source`` and ``kernels`` fields."""
+
+    soc: Optional[str]
+    soc_source: Optional[str]
+    kernels: Optional[str]
+
+
 def decide(soc: Optional[str], soc_source: str, kernels: Kernels, enabled: bool = True) -> Decision:
     """Whether to turn JIT compile off: only where torch_npu would compile online and need not."""
-    where = {"soc": soc, "soc_source": soc_source, "kernels": kernels.path}
+    where: _Where = {"soc": soc, "soc_source": soc_source, "kernels": kernels.path}
     if not enabled:
         why = "turned off (install --no-compile-guard or $ASCEND_ENV_COMPILE_GUARD=0)"
         return Decision(False, why, **where)

@@ -147,4 +147,5 @@ def probe(python: str, timeout: float = 60) -> Dict[str, object]:
     if done.returncode != 0 or not done.stdout.strip():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"ran": False, "error": f"{python} exited {done.returncode}: {tail}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    answer: Dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer

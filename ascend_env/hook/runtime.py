@@ -118,7 +118,8 @@ def activate(source: str) -> List[str]:
     for fix in wanted:
         try:
             if RECORD.library is None:
-                RECORD.library = torch.library.Library("aten", "IMPL")
+                # torch.library.Library.__init__ has no annotations.
+                RECORD.library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
             RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.op], DISPATCH_KEY)
             RECORD.registered.append(fix.op)
             registered.append(fix.op)
@@ -182,7 +183,8 @@ def guard_compile_mode(source: str) -> compile_guard.Decision:
     import torch
     import torch_npu
 
-    return compile_guard.apply(decision, torch_npu.npu.set_compile_mode, torch.npu.config)
+    # torch.npu is torch_npu's, set by its import; torch's own types do not declare it.
+    return compile_guard.apply(decision, torch_npu.npu.set_compile_mode, torch.npu.config)  # type: ignore[attr-defined]
 
 
 def status() -> Dict[str, Any]:
@@ -195,7 +197,9 @@ def status() -> Dict[str, Any]:
     return {
         "hook_started": state is not None and state.started,
         "disabled": state is not None and state.disabled,
-        "waiting_for": boot.WATCHED if state is not None and state.finder in sys.meta_path else None,
+        "waiting_for": (
+            boot.WATCHED if boot is not None and state is not None and state.finder in sys.meta_path else None
+        ),
         "events": list(state.events) if state is not None else [],
         "release": RECORD.release,
         "registered": list(RECORD.registered),

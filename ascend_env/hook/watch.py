@@ -12,9 +12,10 @@ hook's ``find_spec`` keeps those of :func:`find_and_wrap`.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
 if TYPE_CHECKING:
+    from importlib.abc import Loader
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
 
@@ -29,7 +30,7 @@ def find_and_wrap(
     to call :func:`notify` for it; the hook's finder leaves ``sys.meta_path`` once it is found."""
     state.searching = True
     try:
-        spec = None
+        spec: Optional[ModuleSpec] = None
         for finder in list(sys.meta_path):
             method = getattr(finder, "find_spec", None)
             if finder is state.finder or method is None:
@@ -43,7 +44,9 @@ def find_and_wrap(
         # A loader with only the legacy load_module() (some packagers' finders): the import system
         # calls load_module where a loader has no exec_module, so its wrapper must have none either.
         legacy = getattr(spec.loader, "exec_module", None) is None
-        spec.loader = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+        # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
+        wrapper = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+        spec.loader = cast("Loader", wrapper)
         if state.finder in sys.meta_path:
             sys.meta_path.remove(state.finder)
         return spec

@@ -208,7 +208,8 @@ _KEY_TRIM = 2
 # (measured: 262,144 keys drawn from [0, 32700) abort with "free(): invalid size", from [0, 32512)
 # sort fine; torch 2.2 and later sort both). There the key is halved after the cast, to at most
 # 2**14 - 1, which costs it one bit of resolution.
-_KEY_HALVED = torch.__version__ < (2, 2)
+# TorchVersion compares with tuples at run time; its stub declares a plain str.
+_KEY_HALVED = torch.__version__ < (2, 2)  # type: ignore[operator]
 
 
 def isin(
@@ -621,7 +622,9 @@ def _search(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> None:
         _found(ordered, _part(elements, start, length), compare, out=_part(dst, start, length))
 
 
-def _found(ordered: Tensor, values: Tensor, compare: Callable, out: Optional[Tensor] = None) -> Tensor:
+def _found(
+    ordered: Tensor, values: Tensor, compare: Callable[..., Tensor], out: Optional[Tensor] = None
+) -> Tensor:
     """``compare`` of each of ``values`` with the element ``searchsorted`` finds for it in
     ``ordered`` (sorted, non-empty): ``eq`` gives membership, ``ne`` its inverse."""
     position = torch.searchsorted(ordered, values, out_int32=True).clamp_max_(ordered.numel() - 1)
@@ -644,7 +647,7 @@ def _sort_both(elements: Tensor, test: Tensor, invert: bool, dst: Tensor) -> Non
         _search_in_order(_part(elements, start, length), ordered, compare, _part(dst, start, length))
 
 
-def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable, dst: Tensor) -> None:
+def _search_in_order(part: Tensor, ordered: Tensor, compare: Callable[..., Tensor], dst: Tensor) -> None:
     """One chunk of :func:`_sort_both` (a function, so that its intermediates die with it)."""
     order = torch.sort(_sort_key(part))[1]
     values = part.index_select(0, order)

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from ascend_env.exceptions import HunkMismatch, PatchError
+
+if TYPE_CHECKING:
+    import unidiff.patch
 
 __all__ = [
     "HEADER_KEYS",
@@ -186,7 +189,7 @@ def _strip_prefix(path: str, prefix: str, name: str) -> str:
     return relative
 
 
-def _convert_hunk(raw, name: str, number: int) -> Hunk:
+def _convert_hunk(raw: unidiff.patch.Hunk, name: str, number: int) -> Hunk:
     lines: List[Line] = []
     for item in raw:
         kind = item.line_type
@@ -235,8 +238,8 @@ def parse_patch(text: str, name: str) -> FilePatch:
                 "keep one modification diff of one file: no renames, mode changes, binaries or notes.",
             )
 
-    from unidiff import PatchSet
     from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         patch_set = PatchSet("\n".join(body) + "\n")
@@ -279,7 +282,9 @@ def parse_patch(text: str, name: str) -> FilePatch:
     return FilePatch(name=name, header=header, source=source, target=target, hunks=hunks)
 
 
-def _check_every_line_used(body: Sequence[str], patched, name: str, start: int) -> None:
+def _check_every_line_used(
+    body: Sequence[str], patched: unidiff.patch.PatchedFile, name: str, start: int
+) -> None:
     # unidiff keeps lines it does not understand as "patch info"; a patch file has none.
     used = set()
     for raw in patched:
@@ -346,7 +351,7 @@ def _show(content: bytes, newline: bool) -> str:
     return text if newline else text + "  [no newline at end of file]"
 
 
-def _candidates(expected: int, floor: int, ceiling: int, max_offset: int):
+def _candidates(expected: int, floor: int, ceiling: int, max_offset: int) -> Iterator[int]:
     yield expected
     for delta in range(1, max_offset + 1):
         for pos in (expected + delta, expected - delta):
@@ -431,7 +436,7 @@ def _mismatch(
     anchor_end: bool,
     max_offset: int,
     reverse: bool,
-) -> None:
+) -> NoReturn:
     at = 0 if anchor_start else max(len(lines) - len(before), 0) if anchor_end else declared
     found_lines = lines[at : at + len(before)]
     expected = tuple(_show(line.text, line.newline) for line in before)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
@@ -180,7 +180,7 @@ class FileStatus:
     new: Optional[bytes] = None
     error: Optional[AscendEnvError] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = {"path": self.path, "patch": self.patch, "status": self.status}
         if self.detail:
             data["detail"] = self.detail
@@ -328,7 +328,7 @@ class Plan:
     changes: List[Change] = field(default_factory=list)
     blobs: Dict[str, bytes] = field(default_factory=dict)
     state: Optional[State] = None
-    report: dict = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 def _settled(plan: Callable[[], Plan]) -> Plan:
@@ -406,6 +406,7 @@ def plan_install(
             plan.changes.append(Change(path, before, after))
             plan.blobs[after] = new
             if current is not None:
+                assert before is not None  # the digest of current
                 plan.blobs[before] = current
             # What restore puts back: what was there before ascend-env first wrote the file
             # (nothing, for the hook's files), not bytes someone edited into it since; but a file
@@ -423,9 +424,12 @@ def plan_install(
 
     outcome = inspection.outcome
     files: List[FileStatus] = inspection.files if wanted else []
+    # Only a hook-only plan (--patches never, no transformers) has no distribution.
     if wanted and isinstance(outcome, UnknownRelease):
+        assert dist is not None
         raise _unknown(dist, directory)
     if wanted and isinstance(outcome, NothingToDo):
+        assert dist is not None
         plan.report["reason"] = f"transformers {dist.version} needs no patch: {outcome.why}"
     _refuse_conflicts(files)
     final: Dict[str, bytes] = {}
@@ -438,6 +442,7 @@ def plan_install(
             add(status.path, "patch", status.current, status.current, status.patch)
             final[status.path] = status.current
     if final:
+        assert dist is not None  # the files patched belong to it
         record_file = site_packages / dist.record_path
         current_record = record_file.read_bytes()
         add(dist.record_path, "record", current_record, rewrite_record(current_record, final))
@@ -447,15 +452,15 @@ def plan_install(
                 dist.record_path, "record", previous.before, entries[dist.record_path].after
             )
     for name, data in sorted((extra_files or {}).items()):
-        path = site_packages / name
-        cache = path.parent.name == "__pycache__" and path.parent.parent == site_packages
-        if not _inside(site_packages, name) or not (path.parent.is_dir() or cache):
+        file_path = site_packages / name
+        cache = file_path.parent.name == "__pycache__" and file_path.parent.parent == site_packages
+        if not _inside(site_packages, name) or not (file_path.parent.is_dir() or cache):
             raise UsageError(
                 f"extra file {name!r} is not a plain file name inside {site_packages} "
                 "(a symbolic link, or a path that leaves it).",
-                f"remove {path} if it is a link, then run the command again.",
+                f"remove {file_path} if it is a link, then run the command again.",
             )
-        current = read_file(path)
+        current = read_file(file_path)
         add(name, "extra", current, data)
     for path, entry in old_entries.items():
         # An entry that no file of this run claims is kept, unless it is a file ascend-env amended
@@ -487,9 +492,9 @@ def install(
     directory: Optional[Path] = None,
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Patch transformers in ``site_packages`` (see :func:`plan_install`); returns the report."""
-    kwargs = dict(
+    kwargs: Dict[str, Any] = dict(
         patches=patches, directory=directory, extra_files=extra_files, search_sys_path=search_sys_path
     )
     plan = _settled(lambda: plan_install(site_packages, **kwargs))
@@ -562,10 +567,12 @@ def plan_restore(site_packages: Path) -> Plan:
             original = None if entry.before is None else read_blob(site_packages, entry.before)
             plan.changes.append(Change(entry.path, digest, entry.before))
             if original is not None:
+                assert entry.before is not None  # original was read from its blob
                 plan.blobs[entry.before] = original
                 if entry.kind == "patch":
                     originals[entry.path] = original
             if current is not None:
+                assert digest is not None  # the digest of current
                 plan.blobs[digest] = current
         elif entry.kind == "patch" and not same_release:
             action = "skipped: belongs to a transformers release that was replaced"
@@ -575,7 +582,9 @@ def plan_restore(site_packages: Path) -> Plan:
             # name, so restore removes it all the same, edits included.
             action = "removed (edited since install)"
             plan.changes.append(Change(entry.path, digest, None))
-            plan.blobs[digest] = current  # type: ignore[assignment]
+            # digest differs from entry.before (None), so the file exists: current is its bytes.
+            assert digest is not None and current is not None
+            plan.blobs[digest] = current
         elif entry.kind == "extra":
             # A file install amended (ascend-env's own RECORD) that another installer has
             # replaced or removed since (pip install of another ascend-env build): it is theirs now.
@@ -598,6 +607,7 @@ def plan_restore(site_packages: Path) -> Plan:
         elif digest == entry.before:
             action = "original"
         elif digest == entry.after and entry.before is not None:
+            assert digest is not None  # current is not None here
             plan.changes.append(Change(entry.path, digest, entry.before))
             plan.blobs[entry.before] = read_blob(site_packages, entry.before)
             plan.blobs[digest] = current
@@ -610,6 +620,7 @@ def plan_restore(site_packages: Path) -> Plan:
                 desired = current
             action = "original"
             if desired != current:
+                assert digest is not None  # current is not None here
                 plan.changes.append(Change(entry.path, digest, sha256_hex(desired)))
                 plan.blobs[sha256_hex(desired)] = desired
                 plan.blobs[digest] = current
@@ -619,7 +630,7 @@ def plan_restore(site_packages: Path) -> Plan:
     return plan
 
 
-def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
+def restore(site_packages: Path, *, dry_run: bool = False) -> dict[str, Any]:
     """Put back the recorded original bytes and remove ascend-env's files and state."""
     plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
@@ -648,9 +659,9 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict:
 
 def status(
     site_packages: Path, *, directory: Optional[Path] = None, search_sys_path: bool = False
-) -> Tuple[dict, int]:
+) -> Tuple[dict[str, Any], int]:
     """What is applied; returns the report and the exit code (0 fine, 1 act, 2 error)."""
-    report: dict = {"site_packages": str(site_packages)}
+    report: dict[str, Any] = {"site_packages": str(site_packages)}
     journal = read_journal(site_packages)
     state = read_state(site_packages)
     if find_distribution(site_packages, DISTRIBUTION) is None and journal is None:
@@ -707,8 +718,8 @@ def status(
 
 
 def _status_without_transformers(
-    report: dict, site_packages: Path, state: Optional[State]
-) -> Tuple[dict, int]:
+    report: dict[str, Any], site_packages: Path, state: Optional[State]
+) -> Tuple[dict[str, Any], int]:
     """status where transformers is not installed: a hook-only install, nothing at all, or files
     kept for a transformers that was uninstalled after install (restore cleans them up)."""
     report.update(transformers=None, files=[])

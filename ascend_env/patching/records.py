@@ -153,7 +153,8 @@ def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
     for directory in _dist_info_dirs(site_packages):
         dist = PathDistribution(directory)
         try:
-            dist_name, version = dist.metadata.get("Name"), dist.metadata.get("Version")
+            # An email.message.Message at run time; PackageMetadata declares get() from Python 3.12 only.
+            dist_name, version = dist.metadata.get("Name"), dist.metadata.get("Version")  # type: ignore[attr-defined]
         except (TypeError, AttributeError, KeyError, OSError):  # no or unreadable METADATA
             continue
         if dist_name and version and canonicalize_name(dist_name) == wanted:

@@ -23,7 +23,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -55,7 +55,7 @@ class PatchedWheel:
     original_version: str
     files: Dict[str, Dict[str, str]] = field(default_factory=dict)  # target -> patch, before, after
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "wheel": str(self.path),
             "version": self.version,

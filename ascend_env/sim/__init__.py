@@ -22,7 +22,8 @@ import collections
 import inspect
 import os
 import sys
-from typing import Dict, FrozenSet, List, Optional
+import types
+from typing import Dict, FrozenSet, List, Optional, cast
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
@@ -130,10 +131,10 @@ def reset() -> None:
 
 def unknown_ops() -> List[str]:
     """Ops of the enabled table that this torch does not define (so nothing was registered)."""
-    return list(_STATE.get("unknown", []))  # type: ignore[arg-type]
+    return list(cast(List[str], _STATE.get("unknown", [])))
 
 
-def _generate_methods(torch) -> None:  # noqa: ANN001
+def _generate_methods(torch: types.ModuleType) -> None:
     """``Tensor.npu()``, ``Module.npu()``, ``is_npu`` and the rest, as torch_npu defines them;
     ``PackedSequence`` ones where this torch can generate them (not torch 2.1 to 2.3)."""
     generate = torch.utils.generate_methods_for_privateuse1_backend
@@ -143,7 +144,7 @@ def _generate_methods(torch) -> None:  # noqa: ANN001
     generate(**options)
 
 
-def _import_torch():  # noqa: ANN202 - the torch module
+def _import_torch() -> types.ModuleType:
     try:
         import torch
     except ImportError:
@@ -154,7 +155,7 @@ def _import_torch():  # noqa: ANN202 - the torch module
     return torch
 
 
-def _claim_privateuse1(torch) -> None:  # noqa: ANN001
+def _claim_privateuse1(torch: types.ModuleType) -> None:
     name = torch._C._get_privateuse1_backend_name()
     already_ours = hasattr(torch.ops, "ascend_sim") and _loaded(torch)
     if name not in ("privateuseone", DEVICE) or (name == DEVICE and not already_ours):
@@ -165,7 +166,7 @@ def _claim_privateuse1(torch) -> None:  # noqa: ANN001
         )
 
 
-def _loaded(torch) -> bool:  # noqa: ANN001
+def _loaded(torch: types.ModuleType) -> bool:
     try:
         torch.ops.ascend_sim.init  # noqa: B018 - raises if the library was not loaded
     except (AttributeError, RuntimeError):

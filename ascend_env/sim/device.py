@@ -37,7 +37,7 @@ TOTAL_MEMORY = 64 * 1024**3
 _current = 0
 
 
-def _torch():  # noqa: ANN202 - the torch module
+def _torch() -> types.ModuleType:
     import torch
 
     return torch
@@ -481,7 +481,7 @@ random = _submodule("random", {name: globals()[name] for name in _RANDOM_NAMES})
 
 
 def _amp_members() -> Dict[str, Any]:
-    torch = _torch()
+    import torch
 
     class autocast(torch.amp.autocast):  # noqa: N801 - torch_npu.npu.amp.autocast
         """``torch.npu.amp.autocast(...)``: ``torch.autocast("npu", ...)``."""

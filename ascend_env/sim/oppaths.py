@@ -51,7 +51,7 @@ def _all() -> Dict[str, OpPaths]:
             "reinstall ascend-env: pip install --force-reinstall ascend-env",
         ) from None
     found: Dict[str, OpPaths] = {}
-    sets: Dict[str, set] = {"op_api": set(), "acl_op": set()}
+    sets: Dict[str, set[str]] = {"op_api": set(), "acl_op": set()}
     for record in records:
         for kind in sets:
             sets[kind] = (sets[kind] - set(record[f"{kind}_removed"])) | set(record[f"{kind}_added"])

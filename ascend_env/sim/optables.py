@@ -33,7 +33,7 @@ def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
             "reinstall ascend-env: pip install --force-reinstall ascend-env",
         ) from None
     tables: Dict[Version, Tuple[str, FrozenSet[str], bool]] = {}
-    ops: set = set()
+    ops: set[str] = set()
     for record in records:
         ops = (ops - set(record["removed"])) | set(record["added"])
         entry = (record["version"], frozenset(ops), bool(record["fallback_disable"]))

@@ -67,7 +67,7 @@ COPY_TO_HOST = frozenset({"_to_copy", "to", "copy_", "_copy_from", "_copy_from_a
 # self, cast to the promoted type, is int64; NeKernelNpu.cpp warns in its Tensor overload (both
 # operands on the device, promoted type int64) and in its Scalar one (other a scalar or a CPU
 # scalar, promoted type int64); GatherKernelNpu.cpp and IndexSelectKernelNpu.cpp when self is int64.
-WARN_OPS: Dict[str, frozenset] = {
+WARN_OPS: Dict[str, frozenset[str]] = {
     "AddKernelNpu.cpp": frozenset({"add.Tensor", "add_.Tensor", "add.out"}),
     "NeKernelNpu.cpp": frozenset({"ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar",
                                   "ne.Scalar_out"}),
@@ -99,14 +99,14 @@ class Bucket:
     """What ran in one step (or outside generate): counts by op, path and call site."""
 
     def __init__(self) -> None:
-        self.paths: collections.Counter = collections.Counter()
-        self.compiles: collections.Counter = collections.Counter()
-        self.compile_sites: collections.Counter = collections.Counter()
-        self.syncs: collections.Counter = collections.Counter()
-        self.sync_sites: collections.Counter = collections.Counter()
-        self.warnings: collections.Counter = collections.Counter()
+        self.paths: collections.Counter[str] = collections.Counter()
+        self.compiles: collections.Counter[str] = collections.Counter()
+        self.compile_sites: collections.Counter[str] = collections.Counter()
+        self.syncs: collections.Counter[str] = collections.Counter()
+        self.sync_sites: collections.Counter[str] = collections.Counter()
+        self.warnings: collections.Counter[str] = collections.Counter()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "would_compile": sum(self.compiles.values()), "host_syncs": sum(self.syncs.values()),
             "warnings_64bit": sum(self.warnings.values()), "paths": dict(sorted(self.paths.items())),
@@ -117,24 +117,24 @@ class Bucket:
         }
 
 
-def _sorted(counter: collections.Counter) -> Dict[str, int]:
+def _sorted(counter: collections.Counter[str]) -> Dict[str, int]:
     return dict(sorted(counter.items(), key=lambda item: (-item[1], item[0])))
 
 
 class Model:
     """The process's model: the op-path data, the compile cache, the steps."""
 
-    def __init__(self, data: oppaths.OpPaths, table_ops: frozenset) -> None:
+    def __init__(self, data: oppaths.OpPaths, table_ops: frozenset[str]) -> None:
         self.data = data
         self.table_ops = table_ops
-        self.seen: set = set()
+        self.seen: set[tuple[Any, ...]] = set()
         self.names: Dict[Any, str] = {}
         self.outside = Bucket()
         self.totals = Bucket()
-        self.runs: List[dict] = []
+        self.runs: List[dict[str, Any]] = []
         self.depth = 0
         self.current: Optional[Bucket] = None
-        self.warned: Dict[Tuple[str, int], dict] = {}
+        self.warned: Dict[Tuple[str, int], dict[str, Any]] = {}
         self.errors: List[str] = []
         self.roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
 
@@ -180,7 +180,7 @@ class Model:
             return "torch_npu"
         return "acl_op" if has_acl and compile_mode.acl_op(has_api) else "op_api"
 
-    def observe(self, func: Any, args: tuple, kwargs: dict) -> None:
+    def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not _on_npu(args, kwargs):
             return
         name = self.name(func)
@@ -234,7 +234,7 @@ class Model:
         return "<unknown>"
 
     # --- report ------------------------------------------------------------------------------
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         runs = []
         for run in self.runs:
             steps = [bucket.to_json() for bucket in run["steps"]]
@@ -250,7 +250,7 @@ class Model:
         }
 
 
-def steady_state(steps: List[dict]) -> Optional[dict]:
+def steady_state(steps: List[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """Per-step minimum and maximum of each count over the steps from :data:`STEADY_FROM` on."""
     tail = steps[STEADY_FROM:]
     if not tail:
@@ -287,7 +287,7 @@ def _tensors(args: Any) -> Iterator[Any]:
                     yield item
 
 
-def _on_npu(args: tuple, kwargs: dict) -> bool:
+def _on_npu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     for tensor in _tensors(args):
         if tensor.device.type == DEVICE:
             return True
@@ -312,7 +312,7 @@ def _cpu_scalar(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() == 0
 
 
-def _host_sync(name: str, args: tuple, kwargs: dict) -> bool:
+def _host_sync(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     import torch
 
     base = name.split(".", 1)[0]
@@ -348,7 +348,9 @@ def _host_device(value: Any) -> bool:
     return isinstance(value, str) and value.split(":", 1)[0] == "cpu"
 
 
-def _warns_64bit(warning: oppaths.Warning64, name: str, args: tuple, kwargs: dict) -> bool:
+def _warns_64bit(
+    warning: oppaths.Warning64, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
     import torch
 
     self = args[0] if args else kwargs.get("self")
@@ -438,7 +440,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> bool:
     return True
 
 
-def report() -> Optional[dict]:
+def report() -> Optional[dict[str, Any]]:
     """The per-process report (``None`` if the model never started)."""
     model = active()
     return model.report() if model is not None else None
@@ -447,8 +449,11 @@ def report() -> Optional[dict]:
 def _push_mode(model: Model) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class PathsMode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    # TorchDispatchMode's __init_subclass__, __init__ and __enter__ have no annotations.
+    class PathsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Optional[dict[str, Any]] = None
+        ) -> Any:
             kwargs = kwargs or {}
             try:
                 model.observe(func, args, kwargs)
@@ -457,7 +462,7 @@ def _push_mode(model: Model) -> None:
                     model.errors.append(f"{func}: {type(exc).__name__}: {exc}")
             return func(*args, **kwargs)
 
-    PathsMode().__enter__()
+    PathsMode().__enter__()  # type: ignore[no-untyped-call]
 
 
 # --------------------------------------------------------------------------- transformers hooks
@@ -477,6 +482,7 @@ def _hook_transformers(model: Model) -> None:
         else:
             pending[name] = wrap
     if pending:
+        # A finder by its find_spec alone; typeshed wants the MetaPathFinder protocol's other methods.
         sys.meta_path.insert(0, _Finder(pending))  # type: ignore[arg-type]
 
 
@@ -487,7 +493,7 @@ def _wrap_stopping(model: Model, module: Any) -> None:
     original = cls.__call__
 
     @functools.wraps(original)
-    def call(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -504,7 +510,7 @@ def _wrap_generate(model: Model, module: Any) -> None:
     original = cls.generate
 
     @functools.wraps(original)
-    def generate(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         model.enter_generate()
         try:
             return original(self, *args, **kwargs)
@@ -537,7 +543,7 @@ class _Finder:
             return spec
         del self.pending[fullname]
         if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)  # type: ignore[arg-type]
+            sys.meta_path.remove(self)
         loader = spec.loader
         original = loader.exec_module
 
@@ -604,13 +610,13 @@ COUNTS = ("would_compile", "host_syncs", "warnings_64bit")
 STEP_KEYS = COUNTS + ("would_compile_by_op", "host_syncs_by_site")
 
 
-def summarize(reports: List[dict], soc: Optional[Mapping[str, Any]] = None) -> dict:
+def summarize(reports: List[dict[str, Any]], soc: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """The paths findings of every process that modelled them, for the audit's report; ``soc`` is
     the audit's :func:`choose_soc` (the processes cannot tell an assumed SoC from a chosen one)."""
-    totals: Dict[str, collections.Counter] = {key: collections.Counter() for key in (
+    totals: Dict[str, collections.Counter[str]] = {key: collections.Counter() for key in (
         "would_compile_by_op", "would_compile_by_site", "host_syncs_by_op", "host_syncs_by_site")}
-    warnings: List[dict] = []
-    runs: List[dict] = []
+    warnings: List[dict[str, Any]] = []
+    runs: List[dict[str, Any]] = []
     processes = [r for r in reports if isinstance(r.get("paths"), dict)]
     for report in processes:
         data = report["paths"]
@@ -637,7 +643,7 @@ def summarize(reports: List[dict], soc: Optional[Mapping[str, Any]] = None) -> d
     }
 
 
-def failing(summary: dict, fail_on: Tuple[str, ...]) -> List[str]:
+def failing(summary: dict[str, Any], fail_on: Tuple[str, ...]) -> List[str]:
     """The chosen paths findings present: ``compiles`` / ``syncs`` count the steady state of each
     ``generate()`` (every op when none ran); ``64bit`` any 64-bit warning."""
     found = []
@@ -653,7 +659,7 @@ def failing(summary: dict, fail_on: Tuple[str, ...]) -> List[str]:
     return found
 
 
-def format_text(summary: dict, limit: int = 8) -> List[str]:
+def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
     """The report's lines about the dispatch paths."""
     soc = summary["soc"] or "?"
     assumed = f" (assumed: pass --soc, or set ${MACHINE_SOC_ENV})" if summary["soc_assumed"] else ""
@@ -687,11 +693,11 @@ def format_text(summary: dict, limit: int = 8) -> List[str]:
     return lines
 
 
-def _span(counts: dict) -> str:
+def _span(counts: dict[str, Any]) -> str:
     return str(counts["min"]) if counts["min"] == counts["max"] else f"{counts['min']}-{counts['max']}"
 
 
-def _format_run(run: dict) -> List[str]:
+def _format_run(run: dict[str, Any]) -> List[str]:
     steps = run["steps"]
     lines = [f"  generate() in process {run['pid']}: {len(steps)} steps "
              f"(steady state from step {STEADY_FROM})", "    step     would compile  host syncs  64-bit"]

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, cast
 
 TORCH_NPU = "ASCEND_ENV_AUDIT_TORCH_NPU"
 OPLISTS = "ASCEND_ENV_AUDIT_OPLISTS"
@@ -196,13 +196,13 @@ def _at_exit() -> None:
 
 def _exit_status(status: object) -> Optional[int]:
     try:
-        return int(status)  # type: ignore[call-overload]
+        return int(cast(Any, status))  # any object: int() raises on what it cannot convert
     except (TypeError, ValueError):
         return None
 
 
 @functools.wraps(_real_exit)
-def _exit(status: int) -> None:  # type: ignore[misc]
+def _exit(status: int) -> None:
     try:
         reporter = current()
         if reporter is not None:
@@ -212,7 +212,7 @@ def _exit(status: int) -> None:  # type: ignore[misc]
 
 
 @functools.wraps(_real_execv)
-def _execv(path: Any, argv: Any) -> None:  # type: ignore[misc]
+def _execv(path: Any, argv: Any) -> None:
     reporter = current()
     if reporter is not None:
         reporter.finish({"how": "exec"})
@@ -220,7 +220,7 @@ def _execv(path: Any, argv: Any) -> None:  # type: ignore[misc]
 
 
 @functools.wraps(_real_execve)
-def _execve(path: Any, argv: Any, env: Any) -> None:  # type: ignore[misc]
+def _execve(path: Any, argv: Any, env: Any) -> None:
     reporter = current()
     if reporter is not None:
         reporter.finish({"how": "exec"})
@@ -299,7 +299,7 @@ def _paths_report() -> Optional[Dict[str, Any]]:
     return None if paths is None else paths.report()
 
 
-def _write(path: Path, data: dict) -> None:
+def _write(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     partial.write_text(json.dumps(data), encoding="utf-8")
     os.replace(partial, path)

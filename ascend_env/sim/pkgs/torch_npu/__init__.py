@@ -8,6 +8,7 @@ is the simulated release; ``torch_npu.contrib.transfer_to_npu`` runs CUDA-writte
 """
 
 import sys
+from typing import Any, Iterable, NoReturn, Sequence
 
 import torch
 
@@ -29,7 +30,7 @@ __version__ = _sim.enabled_table()
 __all__ = ["npu", "npu_fusion_attention"]
 
 
-def _apply_patches(monkey_patches):
+def _apply_patches(monkey_patches: Iterable[Sequence[Any]]) -> None:
     """torch_npu's ``_apply_patches`` (torch_npu/__init__.py, Ascend/pytorch v6.0.rc2-pytorch2.1.0):
     a module patch with ``__all__`` copies those names onto the torch module at ``dest``; any other
     patch replaces ``dest``."""
@@ -52,7 +53,7 @@ def _apply_patches(monkey_patches):
             setattr(target, attr, getattr(patch, attr))
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> NoReturn:
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(

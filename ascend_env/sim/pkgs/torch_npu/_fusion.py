@@ -8,12 +8,17 @@ npu_flash_attention passes these); key/value may have fewer heads than query (gr
 attention). It returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels).
 """
 
+from typing import Any, List, Optional, Sequence, Tuple
+
 import torch
+from torch import Tensor
+
+_Result = Tuple[Tensor, Tensor, Tensor, Tensor, int, int, int]
 
 _LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
 
 
-def _to_bnsd(x, layout, heads):
+def _to_bnsd(x: Tensor, layout: str, heads: int) -> Tensor:
     if layout == "BNSD":
         return x
     if layout == "BSND":
@@ -26,7 +31,7 @@ def _to_bnsd(x, layout, heads):
     return x.reshape(s, b, heads, h // heads).permute(1, 2, 0, 3)
 
 
-def _from_bnsd(x, layout):
+def _from_bnsd(x: Tensor, layout: str) -> Tensor:
     if layout == "BNSD":
         return x
     if layout == "BSND":
@@ -37,7 +42,9 @@ def _from_bnsd(x, layout):
     return x.permute(2, 0, 1, 3).reshape(s, b, n * d)
 
 
-def _attend(q, k, v, mask, scale, keep_prob):
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float, keep_prob: float
+) -> Tuple[Tensor, Tensor, Tensor]:
     """Attention over (B, N, S, D) tensors; ``mask`` True where masked out."""
     if k.shape[1] != q.shape[1]:
         repeat = q.shape[1] // k.shape[1]
@@ -56,7 +63,9 @@ def _attend(q, k, v, mask, scale, keep_prob):
     return out, row_max, row_sum
 
 
-def _mask(atten_mask, sparse_mode, sq, skv, device):
+def _mask(
+    atten_mask: Optional[Tensor], sparse_mode: int, sq: int, skv: int, device: torch.device
+) -> Optional[Tensor]:
     if sparse_mode in (2, 3):
         shift = 0 if sparse_mode == 2 else skv - sq
         rows = torch.arange(sq, device=device).unsqueeze(1)
@@ -67,10 +76,15 @@ def _mask(atten_mask, sparse_mode, sq, skv, device):
     return atten_mask[..., :sq, :skv] if atten_mask.dim() >= 2 else atten_mask
 
 
-def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None,
-                         atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=2147483647,
-                         next_tockens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
-                         actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False):
+def npu_fusion_attention(
+    query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str,
+    pse: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
+    atten_mask: Optional[Tensor] = None, scale: float = 1.0, keep_prob: float = 1.0,
+    pre_tockens: int = 2147483647, next_tockens: int = 2147483647, inner_precise: int = 0,
+    prefix: Optional[Sequence[int]] = None, actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None, sparse_mode: int = 0,
+    gen_mask_parallel: bool = True, sync: bool = False,
+) -> _Result:
     """Fused attention as torch_npu computes it (see the module docstring)."""
     if input_layout not in _LAYOUTS:
         raise ValueError(f"npu_fusion_attention: input_layout must be one of {_LAYOUTS}, "
@@ -90,9 +104,15 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
             row_sum.expand(*row_sum.shape[:-1], 8).contiguous(), torch.empty(0, device=q.device), 0, 0, 0)
 
 
-def _varlen(query, key, value, head_num, atten_mask, scale, keep_prob, seq_q, seq_kv, sparse_mode):
+# seq_q and seq_kv: the actual_seq_* sequences of ints, or None (not given), which fails in zip.
+def _varlen(
+    query: Tensor, key: Tensor, value: Tensor, head_num: int, atten_mask: Optional[Tensor], scale: float,
+    keep_prob: float, seq_q: Any, seq_kv: Any, sparse_mode: int,
+) -> _Result:
     """TND: sequences packed along T, ``actual_seq_*`` their cumulative ends."""
-    outs, maxes, sums = [], [], []
+    outs: List[Tensor] = []
+    maxes: List[Tensor] = []
+    sums: List[Tensor] = []
     q_start = kv_start = 0
     for q_end, kv_end in zip(seq_q, seq_kv):
         q = query[q_start:q_end].transpose(0, 1).unsqueeze(0)

@@ -1,7 +1,9 @@
 """``torch_npu.contrib`` of the simulated torch_npu: ``transfer_to_npu``."""
 
+from typing import NoReturn
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> NoReturn:
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(

@@ -35,6 +35,7 @@ DataLoader wrapper.
 import os
 import warnings
 from functools import wraps
+from typing import Any, Callable, Dict, List
 
 import torch
 
@@ -69,26 +70,29 @@ is_available = torch.cuda.is_available
 device_kwargs_list = ["device", "device_type", "map_location", "device_id"]
 
 
-class _TorchTypeProxyMeta(type(torch.Generator)):
+# torch.Generator's metaclass is its C extension's, which no annotation can name.
+class _TorchTypeProxyMeta(type(torch.Generator)):  # type: ignore[misc]
     # isinstance(obj, torch.Generator) stays true for generators made before the patch.
-    def __instancecheck__(cls, instance):
+    def __instancecheck__(cls, instance: object) -> bool:
         return super().__instancecheck__(instance) or isinstance(instance, cls.__mro__[1])
 
 
 class _GeneratorProxy(torch.Generator, metaclass=_TorchTypeProxyMeta):
     """``torch.Generator`` with "cuda" devices rewritten to "npu" (the newer releases' form)."""
 
-    def __new__(cls, device="cpu"):
+    def __new__(cls, device: Any = "cpu") -> "_GeneratorProxy":
         device = _replace_cuda_to_npu_in_list([device], False)[0]
-        return super().__new__(cls, device)
+        # The C type takes its device in __new__; torch's stub declares only __init__.
+        return super().__new__(cls, device)  # type: ignore[call-arg]
 
 
-def _wrapper_cuda(fn):
+# As torch_npu's code, the wrappers rebind ``args`` (a tuple) to a list: type: ignore[assignment].
+def _wrapper_cuda(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
-    def decorated(*args, **kwargs):
+    def decorated(*args: Any, **kwargs: Any) -> Any:
         replace_int = fn.__name__ in ["to", "to_empty"]
         if args:
-            args = _replace_cuda_to_npu_in_list(list(args), replace_int)
+            args = _replace_cuda_to_npu_in_list(list(args), replace_int)  # type: ignore[assignment]
         if kwargs:
             for device_arg in device_kwargs_list:
                 device = kwargs.get(device_arg, None)
@@ -102,7 +106,7 @@ def _wrapper_cuda(fn):
     return decorated
 
 
-def _replace_cuda_to_npu_in_kwargs(kwargs, device_arg, device):
+def _replace_cuda_to_npu_in_kwargs(kwargs: Dict[str, Any], device_arg: str, device: Any) -> None:
     if type(device) == str and "cuda" in device:
         kwargs[device_arg] = device.replace("cuda", "npu")
     elif type(device) == torch.device and "cuda" in device.type:
@@ -114,7 +118,7 @@ def _replace_cuda_to_npu_in_kwargs(kwargs, device_arg, device):
         kwargs[device_arg] = _replace_cuda_to_npu_in_dict(device)
 
 
-def _replace_cuda_to_npu_in_list(args_list, replace_int):
+def _replace_cuda_to_npu_in_list(args_list: List[Any], replace_int: bool) -> List[Any]:
     for idx, arg in enumerate(args_list):
         if isinstance(arg, str) and "cuda" in arg:
             args_list[idx] = arg.replace("cuda", "npu")
@@ -127,7 +131,7 @@ def _replace_cuda_to_npu_in_list(args_list, replace_int):
     return args_list
 
 
-def _replace_cuda_to_npu_in_dict(device_dict):
+def _replace_cuda_to_npu_in_dict(device_dict: Dict[Any, Any]) -> Dict[Any, Any]:
     new_dict = {}
     for key, value in device_dict.items():
         if isinstance(key, str):
@@ -138,18 +142,18 @@ def _replace_cuda_to_npu_in_dict(device_dict):
     return new_dict
 
 
-def _device_wrapper(enter_fn, white_list):
+def _device_wrapper(enter_fn: Any, white_list: List[str]) -> None:
     for fn_name in white_list:
         fn = getattr(enter_fn, fn_name, None)
         if fn:
             setattr(enter_fn, fn_name, _wrapper_cuda(fn))
 
 
-def _wrapper_hccl(fn):
+def _wrapper_hccl(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
-    def decorated(*args, **kwargs):
+    def decorated(*args: Any, **kwargs: Any) -> Any:
         if args:
-            args = [arg.replace("nccl", "hccl") if type(arg) == str and "nccl" in arg else arg
+            args = [arg.replace("nccl", "hccl") if type(arg) == str and "nccl" in arg else arg  # type: ignore[assignment]
                     for arg in args]
         backend = kwargs.get("backend", None)
         if type(backend) == str and "nccl" in backend:
@@ -159,9 +163,9 @@ def _wrapper_hccl(fn):
     return decorated
 
 
-def _wrapper_data_loader(fn):
+def _wrapper_data_loader(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
-    def decorated(*args, **kwargs):
+    def decorated(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             pin_memory = kwargs.get("pin_memory", False)
             pin_memory_device = kwargs.get("pin_memory_device", None)
@@ -174,30 +178,32 @@ def _wrapper_data_loader(fn):
     return decorated
 
 
-def _jit_script(obj, optimize=None, _frames_up=0, _rcb=None, example_inputs=None):
+def _jit_script(obj: Any, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
+                example_inputs: Any = None) -> Any:
     return obj
 
 
-def _jit_script_method(fn):
+def _jit_script_method(fn: Any) -> Any:
     return fn
 
 
-def _patch_jit_script():
+def _patch_jit_script() -> None:
     msg = ("torch.jit.script and torch.jit.script_method will be disabled by transfer_to_npu, "
            "which currently does not support them, if you need to enable them, please do not use "
            "transfer_to_npu.")
     warnings.warn(msg, RuntimeWarning)
     torch.jit.script = _jit_script
-    torch.jit.script_method = _jit_script_method
+    # torch.jit has script_method at run time (torch/jit/_script.py) but does not re-export it.
+    torch.jit.script_method = _jit_script_method  # type: ignore[attr-defined]
 
 
-def _patch_cuda():
+def _patch_cuda() -> None:
     patches = [["cuda", torch_npu.npu], ["cuda.amp", torch_npu.npu.amp],
                ["cuda.random", torch_npu.npu.random]]
     torch_npu._apply_patches(patches)
 
 
-def _warning_fn(msg, rank0=True):
+def _warning_fn(msg: str, rank0: bool = True) -> None:
     is_distributed = (torch.distributed.is_available() and torch.distributed.is_initialized()
                       and torch.distributed.get_world_size() > 1)
     env_rank = os.getenv("RANK", None)
@@ -211,14 +217,16 @@ def _warning_fn(msg, rank0=True):
         warnings.warn(msg, ImportWarning)
 
 
-def _patch_distributed():
+def _patch_distributed() -> None:
     """nccl -> hccl; the simulator's ``hccl`` process groups are gloo's (host memory, as npu's is)."""
+    # This module replaces torch's functions and methods (what it is for), and sets what torch_npu
+    # adds to torch (is_hccl_available, Tensor.npu, ...): type: ignore[method-assign, attr-defined].
     import torch.distributed as dist
 
     if not dist.is_available():
         return
     if "hccl" not in getattr(dist.Backend, "backend_list", ["hccl"]) and "HCCL" not in dir(dist.Backend):
-        def _hccl(store, rank, size, timeout):
+        def _hccl(store: Any, rank: int, size: int, timeout: Any) -> Any:
             return dist.ProcessGroupGloo(store, rank, size, timeout)
 
         try:
@@ -226,13 +234,13 @@ def _patch_distributed():
         except TypeError:  # torch 2.1's register_backend takes no devices
             dist.Backend.register_backend("hccl", _hccl)
     if not hasattr(dist, "is_hccl_available"):
-        dist.is_hccl_available = lambda: True
+        dist.is_hccl_available = lambda: True  # type: ignore[attr-defined]
     dist.init_process_group = _wrapper_hccl(dist.init_process_group)
-    dist.is_nccl_available = dist.is_hccl_available
-    dist.ProcessGroup._get_backend = _wrapper_cuda(dist.ProcessGroup._get_backend)
+    dist.is_nccl_available = dist.is_hccl_available  # type: ignore[attr-defined]
+    dist.ProcessGroup._get_backend = _wrapper_cuda(dist.ProcessGroup._get_backend)  # type: ignore[method-assign]
     from torch.distributed.fsdp import fully_sharded_data_parallel as fsdp
 
-    fsdp.FullyShardedDataParallel.__init__ = _wrapper_cuda(fsdp.FullyShardedDataParallel.__init__)
+    fsdp.FullyShardedDataParallel.__init__ = _wrapper_cuda(fsdp.FullyShardedDataParallel.__init__)  # type: ignore[method-assign]
     _device_wrapper(torch.nn.parallel.DistributedDataParallel, torch_distributed_fn_white_list)
 
 
@@ -254,7 +262,8 @@ _BANNER = "\n".join([
 ])
 
 
-def _init():
+def _init() -> None:
+    # Replaces torch's methods and classes: type: ignore[method-assign, misc], as in _patch_distributed.
     _warning_fn(_BANNER.format(", ".join(
         ["torch." + i for i in torch_fn_white_list]
         + ["torch.Tensor." + i for i in torch_tensor_fn_white_list]
@@ -263,26 +272,26 @@ def _init():
     # torch.cuda.*
     _patch_cuda()
     _device_wrapper(torch.cuda, torch_cuda_fn_white_list)
-    torch.cuda.device.__init__ = _wrapper_cuda(torch.cuda.device.__init__)
+    torch.cuda.device.__init__ = _wrapper_cuda(torch.cuda.device.__init__)  # type: ignore[method-assign]
 
     # torch.*
     _device_wrapper(torch, torch_fn_white_list)
-    torch.Generator = _GeneratorProxy
-    torch.UntypedStorage.__new__ = _wrapper_cuda(torch.UntypedStorage.__new__)
+    torch.Generator = _GeneratorProxy  # type: ignore[misc]
+    torch.UntypedStorage.__new__ = _wrapper_cuda(torch.UntypedStorage.__new__)  # type: ignore[method-assign]
 
     # torch.Tensor.*
     _device_wrapper(torch.Tensor, torch_tensor_fn_white_list)
-    torch.Tensor.cuda = torch.Tensor.npu
-    torch.Tensor.is_cuda = torch.Tensor.is_npu
+    torch.Tensor.cuda = torch.Tensor.npu  # type: ignore[method-assign, attr-defined]
+    torch.Tensor.is_cuda = torch.Tensor.is_npu  # type: ignore[attr-defined]
 
     # torch.nn.Module.*
     _device_wrapper(torch.nn.Module, torch_module_fn_white_list)
-    torch.nn.Module.cuda = torch.nn.Module.npu
+    torch.nn.Module.cuda = torch.nn.Module.npu  # type: ignore[method-assign, attr-defined]
 
     _patch_distributed()
 
     # torch.utils.data.DataLoader
-    torch.utils.data.DataLoader.__init__ = _wrapper_data_loader(torch.utils.data.DataLoader.__init__)
+    torch.utils.data.DataLoader.__init__ = _wrapper_data_loader(torch.utils.data.DataLoader.__init__)  # type: ignore[method-assign]
 
     _patch_jit_script()
 
