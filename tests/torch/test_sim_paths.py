@@ -103,9 +103,11 @@ def step_syncs():
     return {
         sync_line(GenerationMixin._has_unfinished_sequences, "elif this_peer_finished:"): 1,
         # 4.46: `if inputs_embeds is not None or cache_position[-1] >= input_ids.shape[1]:  # Exception
-        # 1 or Exception 3`; 4.49 and 4.57 spell the same test inside an `elif (...)`.
-        sync_line(GenerationMixin.prepare_inputs_for_generation, "cache_position[-1] >= input_ids.shape[1]",
-                  "Exception 3"): 1,
+        # 1 or Exception 3` in prepare_inputs_for_generation; 4.49 spells it inside an `elif (...)`;
+        # 4.57 moved it into _cache_dependant_input_preparation.
+        sync_line(getattr(GenerationMixin, "_cache_dependant_input_preparation",
+                          GenerationMixin.prepare_inputs_for_generation),
+                  "cache_position[-1] >= input_ids.shape[1]", "Exception 3"): 1,
     }
 
 
