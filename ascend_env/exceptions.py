@@ -9,6 +9,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 
+def reinstall(name: str, version: Optional[str] = None) -> str:
+    """The pip command that puts distribution ``name`` back as its wheel has it, ``version`` pinned
+    (a placeholder such as ``<version>`` where it is not known); dependencies are left alone."""
+    return f"pip install --force-reinstall --no-deps {name}{'==' + version if version else ''}"
+
+
+#: ascend-env is not on PyPI: it is put back from the wheel or clone it came from.
+REINSTALL_ASCEND_ENV = "pip install --force-reinstall <the ascend-env wheel or clone it came from>"
+
+
 class AscendEnvError(Exception):
     """Base class. ``problem`` says what is wrong, ``fix`` what to do."""
 

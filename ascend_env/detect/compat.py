@@ -27,7 +27,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ascend_env.detect.cann import CannVersion, parse_version
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "compat.json"
 
@@ -126,7 +126,7 @@ def load(path: Optional[Path] = None) -> Table:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EnvironmentProblem(
             f"the compatibility table {path or 'ascend_env/data/compat.json'} cannot be read ({exc}).",
-            "reinstall ascend-env: pip install --force-reinstall ascend-env",
+            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
         ) from None
 
 

@@ -18,7 +18,7 @@ from typing import Any, FrozenSet, Iterable, Tuple
 
 import yaml
 
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import EnvironmentProblem, reinstall
 
 YAML_DIR = Path("csrc", "aten")
 YAML_FILES: Tuple[str, ...] = ("npu_native_functions_by_codegen.yaml", "npu_native_functions.yaml")
@@ -54,20 +54,20 @@ def parse_supported(text: str, source: str = "<yaml>") -> FrozenSet[str]:
     except yaml.YAMLError as exc:
         raise EnvironmentProblem(
             f"{source} is not valid YAML ({str(exc).splitlines()[0]}).",
-            "reinstall torch_npu: pip install --force-reinstall --no-deps torch_npu==<its version>",
+            f"reinstall torch_npu: {reinstall('torch_npu', '<its version>')}",
         ) from None
     if document is None:
         return frozenset()
     if not isinstance(document, dict):
         raise EnvironmentProblem(
             f"{source} is not a torch_npu op list (its top level is not a mapping).",
-            "reinstall torch_npu: pip install --force-reinstall --no-deps torch_npu==<its version>",
+            f"reinstall torch_npu: {reinstall('torch_npu', '<its version>')}",
         )
     entries = document.get("supported") or []
     if not isinstance(entries, list):
         raise EnvironmentProblem(
             f"{source}: 'supported:' is not a list.",
-            "reinstall torch_npu: pip install --force-reinstall --no-deps torch_npu==<its version>",
+            f"reinstall torch_npu: {reinstall('torch_npu', '<its version>')}",
         )
     return frozenset(name for name in map(entry_name, entries) if name)
 
@@ -91,7 +91,7 @@ def read_files(paths: Iterable[Path]) -> FrozenSet[str]:
         names = " and ".join(str(p) for p in paths)
         raise EnvironmentProblem(
             f"torch_npu's op lists are missing ({names}).",
-            "reinstall torch_npu: pip install --force-reinstall --no-deps torch_npu==<its version>",
+            f"reinstall torch_npu: {reinstall('torch_npu', '<its version>')}",
         )
     return frozenset(ops)
 

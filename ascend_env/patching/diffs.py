@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
-from ascend_env.exceptions import HunkMismatch, PatchError
+from ascend_env.exceptions import HunkMismatch, PatchError, reinstall
 
 if TYPE_CHECKING:
     import unidiff.patch
@@ -460,7 +460,7 @@ def _mismatch(
         f"{where}. First difference at line {at + first + 1}: expected {expected[first]!r}, "
         f"found {got!r}.",
         "the file is not the text this patch was written for: restore the original transformers files "
-        "(pip install --force-reinstall --no-deps transformers==<version>) or update the patch.",
+        f"({reinstall('transformers', '<version>')}) or update the patch.",
         path=patch.target,
         hunk=number,
         line=at + 1,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ascend_env import __version__
-from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError
+from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.patching.manifest import (
     Manifest,
@@ -233,7 +233,7 @@ def _classify(
         status.detail = f"cannot be read ({exc.strerror})"
         status.error = EnvironmentProblem(
             f"{target}: {status.detail}.",
-            f"reinstall transformers: pip install --force-reinstall --no-deps transformers=={dist.version}.",
+            f"reinstall transformers: {reinstall('transformers', dist.version)}.",
         )
         return status
     digest = sha256_hex(status.current)
@@ -264,7 +264,7 @@ def _classify(
         status.detail = "differs from the wheel's file (sha256 " + digest + ")"
         status.error = EnvironmentProblem(
             f"{target} differs from transformers {dist.version}'s file (sha256 {digest}, expected {before}).",
-            f"reinstall it: pip install --force-reinstall --no-deps transformers=={dist.version}.",
+            f"reinstall it: {reinstall('transformers', dist.version)}.",
         )
     return status
 
@@ -598,7 +598,7 @@ def plan_restore(site_packages: Path) -> Plan:
         raise EnvironmentProblem(
             f"{', '.join(conflicts)} changed since install (neither the original nor the patched bytes); "
             "restore would overwrite them, so nothing was changed.",
-            f"reinstall transformers (pip install --force-reinstall --no-deps transformers=={version}), "
+            f"reinstall transformers ({reinstall('transformers', version)}), "
             "then run restore again.",
         )
     for entry, current, digest in record_entries:
@@ -712,7 +712,7 @@ def status(
         return report, 0
     report.update(
         status="partly applied" if "conflict" not in kinds else "conflict",
-        run=f"pip install --force-reinstall --no-deps transformers=={dist.version}, then ascend-env install",
+        run=f"{reinstall('transformers', dist.version)}, then ascend-env install",
     )
     return report, 1
 

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Mapping, Optional
 
 from packaging.utils import canonicalize_name
 
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import EnvironmentProblem, reinstall
 
 __all__ = [
     "Distribution",
@@ -102,7 +102,7 @@ def rewrite_record(record: bytes, changes: Mapping[str, bytes]) -> bytes:
     if remaining:
         raise EnvironmentProblem(
             f"RECORD has no row for {', '.join(sorted(remaining))}.",
-            "reinstall the distribution: pip install --force-reinstall --no-deps <name>==<version>.",
+            f"reinstall the distribution: {reinstall('<name>', '<version>')}.",
         )
     return "".join(out).encode("utf-8")
 
@@ -165,7 +165,7 @@ def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
         raise EnvironmentProblem(
             f"{site_packages} holds {len(found)} {name} distributions: "
             f"{', '.join(found_dir.name for found_dir, *_ in found)}.",
-            f"remove the stale ones: pip install --force-reinstall --no-deps {name}.",
+            f"remove the stale ones: {reinstall(name)}.",
         )
     directory, dist_name, version, dist = found[0]
     try:
@@ -173,12 +173,12 @@ def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
     except (OSError, UnicodeDecodeError) as exc:
         raise EnvironmentProblem(
             f"{directory.name}/RECORD cannot be read as text ({exc}).",
-            f"reinstall with pip: pip install --force-reinstall --no-deps {name}.",
+            f"reinstall with pip: {reinstall(name)}.",
         ) from None
     if text is None:
         raise EnvironmentProblem(
             f"{directory.name} has no RECORD file.",
-            f"reinstall with pip: pip install --force-reinstall --no-deps {name}.",
+            f"reinstall with pip: {reinstall(name)}.",
         )
     record = {entry.path: entry for entry in parse_record(text)}
     return Distribution(

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import EnvironmentProblem, reinstall
 from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
 from ascend_env.utils import jsontext
 
@@ -132,7 +132,7 @@ class State:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise EnvironmentProblem(
                 f"{source} is not a valid ascend-env state file ({exc}).",
-                f"reinstall transformers (pip install --force-reinstall --no-deps transformers), "
+                f"reinstall transformers ({reinstall('transformers')}), "
                 f"then delete {Path(source).parent}.",
             ) from None
 
@@ -165,7 +165,7 @@ def read_state(site_packages: Path) -> Optional[State]:
     except json.JSONDecodeError as exc:
         raise EnvironmentProblem(
             f"{path} is not JSON ({exc.msg}).",
-            f"reinstall transformers (pip install --force-reinstall --no-deps transformers), then delete "
+            f"reinstall transformers ({reinstall('transformers')}), then delete "
             f"{path.parent}.",
         ) from None
     return State.from_json(data, str(path))
@@ -383,7 +383,7 @@ class Journal:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise EnvironmentProblem(
                 f"{source} is not a valid ascend-env journal ({exc}).",
-                f"reinstall transformers (pip install --force-reinstall --no-deps transformers), "
+                f"reinstall transformers ({reinstall('transformers')}), "
                 f"then delete {Path(source).parent}.",
             ) from None
 
@@ -488,7 +488,7 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
     if data is None or _sha256_hex(data) != digest:
         raise EnvironmentProblem(
             f"the recorded bytes {path} are missing or damaged.",
-            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
             f"then delete {path.parent.parent}.",
         )
     return data
@@ -504,7 +504,7 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
         raise EnvironmentProblem(
             f"{change.path} changed while an ascend-env run was interrupted "
             f"(sha256 {current or 'missing'}, expected {change.before or 'missing'} or {change.after}).",
-            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
             f"then delete {state_dir(site_packages)} and run install again.",
         )
     try:
@@ -641,7 +641,7 @@ def read_journal(site_packages: Path) -> Optional[Journal]:
     except (OSError, ValueError) as exc:
         raise EnvironmentProblem(
             f"cannot read the journal {path} ({exc}).",
-            "reinstall transformers (pip install --force-reinstall --no-deps transformers==<version>), "
+            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
             f"then delete {path.parent}.",
         ) from None
     return Journal.from_json(data, str(path))

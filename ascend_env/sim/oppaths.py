@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem
 from ascend_env.sim import optables
 
 __all__ = ["DATA_FILE", "OpPaths", "Warning64", "load", "releases"]
@@ -48,7 +48,7 @@ def _all() -> Dict[str, OpPaths]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EnvironmentProblem(
             f"ascend-env's op-path data ({DATA_FILE}) cannot be read: {exc}.",
-            "reinstall ascend-env: pip install --force-reinstall ascend-env",
+            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
         ) from None
     found: Dict[str, OpPaths] = {}
     sets: Dict[str, set[str]] = {"op_api": set(), "acl_op": set()}

@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, List, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ascend_env.exceptions import EnvironmentProblem, UsageError
+from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem, UsageError
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "optables" / "optables.json"
 
@@ -30,7 +30,7 @@ def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EnvironmentProblem(
             f"ascend-env's op tables ({DATA_FILE}) cannot be read: {exc}.",
-            "reinstall ascend-env: pip install --force-reinstall ascend-env",
+            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
         ) from None
     tables: Dict[Version, Tuple[str, FrozenSet[str], bool]] = {}
     ops: set[str] = set()

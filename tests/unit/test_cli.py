@@ -137,3 +137,21 @@ def test_the_sim_extra_pins_what_the_old_torch_envs_test():
         wanted = {line.split(": ")[1] for line in deps if line.startswith(f"{torch}:")}
         assert chosen(python) >= wanted | {f"torch=={torch}", "transformers==4.46.3"}, torch
     assert chosen("3.11") == {"torch==2.13.0", "transformers==4.46.3"}
+
+
+def test_one_source_for_every_reinstall_command():
+    """Every fix that says to reinstall a distribution comes from exceptions.reinstall (or, for
+    ascend-env itself, which is not on PyPI, REINSTALL_ASCEND_ENV): no module writes the pip
+    command by hand."""
+    from pathlib import Path
+
+    from ascend_env.exceptions import REINSTALL_ASCEND_ENV, reinstall
+
+    pinned = reinstall("transformers", "4.46.3")
+    assert pinned == "pip install --force-reinstall --no-deps transformers==4.46.3"
+    assert reinstall("torch_npu") == "pip install --force-reinstall --no-deps torch_npu"
+    assert "wheel or clone" in REINSTALL_ASCEND_ENV
+    package = Path(__file__).resolve().parents[2] / "ascend_env"
+    by_hand = [str(path.relative_to(package)) for path in package.rglob("*.py")
+               if "--force-reinstall" in path.read_text(encoding="utf-8") and path.name != "exceptions.py"]
+    assert by_hand == []
