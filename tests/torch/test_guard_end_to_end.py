@@ -174,3 +174,76 @@ def test_under_audit_the_guard_leaves_no_online_compile_in_decoding(guarded, ker
     unguarded_steps = audit_steady_compiles(guarded, soc, kernels, {"ASCEND_ENV_DISABLE": "1"})
     assert len(unguarded_steps) >= 4 and all(count > 0 for count in unguarded_steps), unguarded_steps
     assert audit_steady_compiles(guarded, soc, kernels) == [0] * len(unguarded_steps)
+
+
+RANKS = """
+import json, os, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+from ascend_env import runtime
+from ascend_env.sim import compile_mode
+
+class Modes(Dataset):
+    def __len__(self):
+        return 2
+    def __getitem__(self, index):
+        return torch.tensor([int(compile_mode.jit_compile()), os.getpid()])
+
+out = sys.argv[1]
+loader = DataLoader(Modes(), batch_size=1, num_workers=1, multiprocessing_context="fork")
+workers = [row[0].tolist() for row in loader]
+record = {"rank": os.environ["RANK"], "pid": os.getpid(), "jit": compile_mode.jit_compile(),
+          "applied": runtime.status()["compile_guard"]["applied"], "workers": workers}
+with open(os.path.join(out, "rank" + os.environ["RANK"] + ".json"), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def test_the_guard_reaches_torchrun_ranks_and_dataloader_workers_under_audit(guarded, kernels, tmp_path):
+    """torchrun --nproc-per-node 2 on a simulated 310P, each rank with a fork DataLoader worker:
+    JIT compile is off in every rank and every worker, and audit counts every process."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+    environ["ASCEND_TOOLKIT_HOME"] = str(kernels)
+    command = [str(guarded), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--soc", "310P",
+               "--json", "--", str(guarded), "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", str(script), str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=600)
+    findings = json.loads(done.stdout)
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert all(r["jit"] is False and r["applied"] for r in ranks), ranks
+    # Each batch: JIT compile (0: off) as the worker, another process, saw it.
+    assert all(jit == 0 and pid != r["pid"] for r in ranks for jit, pid in r["workers"]), ranks
+    # The launcher, two ranks and a DataLoader worker of each.
+    assert findings["processes"] >= 5, findings["per_process"]
+    assert {p["rank"] for p in findings["per_process"]} >= {"0", "1"}
+
+
+API_SHAPE = """
+import json
+import torch
+from ascend_env import sim
+from ascend_env.hook import compile_guard
+sim.enable("2.1.0.post6")
+sim.add_torch_npu_to_path()
+import torch_npu
+decision = compile_guard.decide("Ascend910A", "test", compile_guard.Kernels(True, "/kernels"))
+compile_guard.apply(decision, torch_npu.npu.set_compile_mode, torch.npu.config)
+print(json.dumps({"applied": decision.applied, "error": decision.error,
+                  "jit_off": torch_npu.npu.is_jit_compile_false(),
+                  "internal_format": torch.npu.config.allow_internal_format}))
+"""
+
+
+def test_the_guard_calls_torch_npus_own_api_shape(tmp_path):
+    """The guard against torch_npu's Python API as 2.1.0.post6 has it (the simulated package:
+    ``torch_npu.npu.set_compile_mode(jit_compile=...)``, ``torch.npu.config``)."""
+    script = tmp_path / "api.py"
+    script.write_text(API_SHAPE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ASCEND_ENV_SIM_SOC": "910A"})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == {"applied": True, "error": None, "jit_off": True, "internal_format": False}

@@ -39,11 +39,11 @@ SCRIPT = textwrap.dedent(
     """
     import sys, torch
     import transformers as tf
-    from ascend_env.sim import compile_mode
+    import torch_npu  # the simulated one, which audit puts on the path
 
     kind, case = sys.argv[1], sys.argv[2]
     if "--jit-off" in sys.argv:
-        compile_mode.set_jit_compile(False)   # torch_npu.npu.set_compile_mode(jit_compile=False)
+        torch_npu.npu.set_compile_mode(jit_compile=False)
     common = dict(vocab_size=96, bos_token_id=1, eos_token_id=2, pad_token_id=0, num_hidden_layers=2,
                   hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=64, attn_implementation="eager")
@@ -54,7 +54,7 @@ SCRIPT = textwrap.dedent(
     options = {"greedy": dict(do_sample=False), "sampling": dict(do_sample=True, top_k=20, temperature=0.9)}
     for run in range(2 if "--switch" in sys.argv else 1):
         if run == 1:
-            compile_mode.set_jit_compile(False)
+            torch_npu.npu.set_compile_mode(jit_compile=False)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW,
                                  min_new_tokens=NEW, pad_token_id=0, **options[case])

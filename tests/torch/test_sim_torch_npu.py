@@ -504,3 +504,26 @@ def test_transformers_npu_flash_attention_runs_on_npu_fusion_attention():
     if out["skip"]:
         pytest.skip("this transformers has no NPU flash attention (added in 4.47)")
     assert out["equal"] and "TND" in out["layouts"], out
+
+
+def test_the_seed_script_with_the_hook_installed_falls_back_nowhere(tmp_path, hooked_env):  # noqa: F811
+    """The issue's proof: the same script, unchanged, in an environment where ``install`` put the
+    startup hook: nothing falls back (exit 0); with the hook turned off, the isin line and exit 1."""
+    path = tmp_path / "seed.py"
+    path.write_text(SEED_SCRIPT)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE",
+                        "TORCH_CPP_LOG_LEVEL", "ASCEND_ENV_DISABLE")}
+
+    def audited(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(hooked_env), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--",
+             str(hooked_env), str(path)],
+            capture_output=True, text=True, env={**env, **extra}, cwd=str(tmp_path), timeout=300)
+
+    hooked = audited()
+    assert hooked.returncode == 0, (hooked.stdout, hooked.stderr)
+    assert "tensor([False,  True, False,  True, False], device='npu:0')" in hooked.stdout
+    assert CAUTION_ISIN not in hooked.stderr and "no op fell back to the CPU" in hooked.stdout
+    off = audited(ASCEND_ENV_DISABLE="1")
+    assert off.returncode == 1 and off.stderr.count(CAUTION_ISIN) == 1
