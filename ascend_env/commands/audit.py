@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--soc", metavar="SOC",
         help="the Ascend SoC to simulate for --paths: 910A, 910B, 310P, ... or a full name "
-        "(default: $ASCEND_ENV_SOC, else Ascend910B1, assumed)",
+        "(default: this machine's: $ASCEND_ENV_SOC, else npu-smi info; else Ascend910B1, assumed)",
     )
     parser.add_argument(
         "--paths", action="store_true",

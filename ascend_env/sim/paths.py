@@ -592,9 +592,12 @@ def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
     return chosen
 
 
-def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """The SoC to simulate: ``--soc``, else the machine's (``$ASCEND_ENV_SOC``), else
-    :data:`compile_mode.DEFAULT_SOC`, assumed. An unknown name raises UsageError listing the known."""
+def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None,
+               npu_smi: Optional[Callable[[], str]] = None) -> Dict[str, Any]:
+    """The SoC to simulate: ``--soc``, else the machine's (``$ASCEND_ENV_SOC``, else ``npu-smi
+    info`` as ``detect`` and the compile-mode guard read it; ``npu_smi`` stands in for running it),
+    else :data:`compile_mode.DEFAULT_SOC`, assumed. An unknown name raises UsageError listing the
+    known."""
     from ascend_env.detect import socs
 
     environ = os.environ if environ is None else environ
@@ -603,6 +606,9 @@ def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None) 
     machine = environ.get(MACHINE_SOC_ENV)
     if machine:
         return {"name": socs.canonical(machine), "assumed": False, "from": f"${MACHINE_SOC_ENV}"}
+    found, source = compile_guard.machine_soc(environ, npu_smi)
+    if found is not None:
+        return {"name": found, "assumed": False, "from": source}
     return {"name": compile_mode.DEFAULT_SOC, "assumed": True, "from": "assumed"}
 
 

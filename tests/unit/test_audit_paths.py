@@ -42,7 +42,11 @@ def test_fail_on_parsing():
 def test_soc_choice():
     assert paths.choose_soc("910a", {}) == {"name": "Ascend910A", "assumed": False, "from": "--soc"}
     assert paths.choose_soc(None, {"ASCEND_ENV_SOC": "310P"})["name"] == "Ascend310P3"
-    assert paths.choose_soc(None, {}) == {"name": "Ascend910B1", "assumed": True, "from": "assumed"}
+    assumed = {"name": "Ascend910B1", "assumed": True, "from": "assumed"}
+    assert paths.choose_soc(None, {}, no_npu_smi) == assumed
+    # The machine's own SoC, as npu-smi names it, where no variable says otherwise.
+    smi = paths.choose_soc(None, {}, lambda: "| 0     310P3         | OK     |\n")
+    assert smi == {"name": "Ascend310P3", "assumed": False, "from": "npu-smi info"}
 
 
 @pytest.mark.parametrize("environ, silenced", [
@@ -87,9 +91,13 @@ def test_text_collapses_equal_steady_steps():
 
 
 def test_an_assumed_soc_is_said_to_be_assumed():
-    soc = paths.choose_soc(None, {})
+    soc = paths.choose_soc(None, {}, no_npu_smi)
     lines = paths.format_text(paths.summarize([report([(1, 1)])], soc))
     assumed = "dispatch paths on SoC Ascend910B1 (assumed: pass --soc, or set $ASCEND_ENV_SOC)"
     assert lines[0].startswith(assumed)
     chosen = paths.format_text(paths.summarize([report([(1, 1)])], paths.choose_soc("910A", {})))
     assert chosen[0].startswith("dispatch paths on SoC Ascend910A, JIT compile on")
+
+
+def no_npu_smi() -> str:
+    raise FileNotFoundError("npu-smi")
