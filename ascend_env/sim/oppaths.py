@@ -10,11 +10,9 @@ release's Ascend/pytorch tag pins, and the ``TORCH_NPU_WARN_ONCE`` 64-bit warnin
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem
 from ascend_env.sim import optables
 
 __all__ = ["DATA_FILE", "OpPaths", "Warning64", "load", "releases"]
@@ -43,13 +41,7 @@ class OpPaths(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def _all() -> Dict[str, OpPaths]:
-    try:
-        records = json.loads(DATA_FILE.read_text(encoding="utf-8"))["releases"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentProblem(
-            f"ascend-env's op-path data ({DATA_FILE}) cannot be read: {exc}.",
-            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
-        ) from None
+    records = optables.read_releases(DATA_FILE, "op-path data")
     found: Dict[str, OpPaths] = {}
     sets: Dict[str, set[str]] = {"op_api": set(), "acl_op": set()}
     for record in records:

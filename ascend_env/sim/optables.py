@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Tuple
+from typing import Any, Dict, FrozenSet, List, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -22,16 +22,21 @@ from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem, Usag
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "optables" / "optables.json"
 
 
+def read_releases(path: Path, what: str) -> Any:
+    """The ``releases`` list of a data file shipped with ascend-env (``what`` names it in the error)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["releases"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EnvironmentProblem(
+            f"ascend-env's {what} ({path}) cannot be read: {exc}.",
+            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
+        ) from None
+
+
 @functools.lru_cache(maxsize=None)
 def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
     """Version -> (release as written, ops, honours TORCH_NPU_FALLBACK_CPU_DISABLE)."""
-    try:
-        records = json.loads(DATA_FILE.read_text(encoding="utf-8"))["releases"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentProblem(
-            f"ascend-env's op tables ({DATA_FILE}) cannot be read: {exc}.",
-            f"reinstall ascend-env: {REINSTALL_ASCEND_ENV}",
-        ) from None
+    records = read_releases(DATA_FILE, "op tables")
     tables: Dict[Version, Tuple[str, FrozenSet[str], bool]] = {}
     ops: set[str] = set()
     for record in records:
