@@ -34,6 +34,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ascend_env.utils import atomic
+
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
 STEPS = ("isin", "generate")
@@ -148,15 +150,7 @@ def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
     else:
         honoured = optables.has_fallback_disable(table[startup.TORCH_NPU])
     in_force = _keep_fallback_disable(honoured)
-    from ascend_env import sim
-    from ascend_env.detect import npu_oplists as oplists
-
-    if startup.OPLISTS in table:
-        ops = oplists.read_torch_npu(Path(table[startup.OPLISTS]))
-        sim.enable_ops(table[startup.LABEL], ops, honoured)
-    else:
-        sim.enable(table[startup.TORCH_NPU])
-    sim.add_torch_npu_to_path()  # transformers' NPU code paths need an importable torch_npu
+    startup.enable(table)
     return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
             "fallback_disable": in_force}
 
@@ -378,9 +372,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         {"category": w.category.__name__, "message": str(w.message), "where": f"{w.filename}:{w.lineno}"}
         for w in caught
     ]
-    partial = Path(args.report + ".tmp")
-    partial.write_text(json.dumps(report, default=str), encoding="utf-8")
-    os.replace(partial, args.report)
+    with atomic.replacing(Path(args.report)) as partial:
+        partial.write_text(json.dumps(report, default=str), encoding="utf-8")
     return 0
 
 

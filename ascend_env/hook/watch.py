@@ -6,7 +6,9 @@ the module with the other finders, takes the hook's finder off ``sys.meta_path``
 module's loader, so that :func:`notify` runs once the module has been executed; :func:`notify`
 registers the fixes of :mod:`ascend_env.hook.runtime`, and the simulator calls it too. Both take the
 hook's record (``ascend_env_hook.STATE``): :func:`notify` keeps every exception in it, and the
-hook's ``find_spec`` keeps those of :func:`find_and_wrap`.
+hook's ``find_spec`` keeps those of :func:`find_and_wrap`. Its two steps, :func:`find_spec_after`
+and :func:`wrap_loader`, also serve the simulator's dispatch-path model (``ascend_env.sim.paths``),
+which waits for transformers' generation modules the same way.
 """
 
 from __future__ import annotations
@@ -30,28 +32,39 @@ def find_and_wrap(
     to call :func:`notify` for it; the hook's finder leaves ``sys.meta_path`` once it is found."""
     state.searching = True
     try:
-        spec: Optional[ModuleSpec] = None
-        for finder in list(sys.meta_path):
-            method = getattr(finder, "find_spec", None)
-            if finder is state.finder or method is None:
-                continue
-            spec = method(fullname, path, target)
-            if spec is not None:
-                break
+        spec = find_spec_after(state.finder, fullname, path, target)
         if spec is None or spec.loader is None:
             return spec
-        done = lambda: notify(state, fullname)  # noqa: E731
-        # A loader with only the legacy load_module() (some packagers' finders): the import system
-        # calls load_module where a loader has no exec_module, so its wrapper must have none either.
-        legacy = getattr(spec.loader, "exec_module", None) is None
-        # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-        wrapper = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
-        spec.loader = cast("Loader", wrapper)
+        wrap_loader(spec, lambda: notify(state, fullname))
         if state.finder in sys.meta_path:
             sys.meta_path.remove(state.finder)
         return spec
     finally:
         state.searching = False
+
+
+def find_spec_after(
+    finder: object, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+) -> Optional[ModuleSpec]:
+    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``."""
+    for other in list(sys.meta_path):
+        method = getattr(other, "find_spec", None)
+        if other is finder or method is None:
+            continue
+        spec: Optional[ModuleSpec] = method(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+def wrap_loader(spec: ModuleSpec, done: Callable[[], None]) -> None:
+    """Make ``spec``'s loader call ``done()`` once it has executed the module."""
+    # A loader with only the legacy load_module() (some packagers' finders): the import system
+    # calls load_module where a loader has no exec_module, so its wrapper must have none either.
+    legacy = getattr(spec.loader, "exec_module", None) is None
+    # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
+    wrapper = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+    spec.loader = cast("Loader", wrapper)
 
 
 class NotifyingLoader:

@@ -7,7 +7,7 @@ flight or was interrupted), ``originals/<sha256>`` (the bytes ``restore`` puts b
 
 State: :func:`read_state` parses ``state.json`` (the only place that does), :func:`drift`
 compares it with the files. The startup hook calls :func:`drift` and :func:`has_state`, so this
-module imports only the standard library and ascend_env's exceptions, owners and jsontext.
+module imports only the standard library and ascend_env's exceptions, owners, atomic and jsontext.
 
 Lock: one ascend-env run at a time per site-packages directory (``fcntl.flock`` on
 ``.ascend-env/lock``). ``restore`` removes the directory while holding the lock; a waiter that
@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -42,7 +41,7 @@ from typing import Any, FrozenSet, Iterable, Iterator, List, Mapping, Optional, 
 
 from ascend_env.exceptions import EnvironmentProblem, reinstall
 from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
-from ascend_env.utils import jsontext
+from ascend_env.utils import atomic, jsontext
 
 __all__ = [
     "CRASH_ENV", "CRASH_POINTS", "Change", "Entry", "Journal", "State", "commit", "crash_point", "drift",
@@ -130,11 +129,15 @@ class State:
                 entries=tuple(entries),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise EnvironmentProblem(
-                f"{source} is not a valid ascend-env state file ({exc}).",
-                f"reinstall transformers ({reinstall('transformers')}), "
-                f"then delete {Path(source).parent}.",
-            ) from None
+            raise _not_valid(source, "state file", exc) from None
+
+
+def _not_valid(source: str, what: str, exc: Exception) -> EnvironmentProblem:
+    """``state.json`` or ``journal.json`` cannot be read: the way back is a clean reinstall."""
+    return EnvironmentProblem(
+        f"{source} is not a valid ascend-env {what} ({exc}).",
+        f"reinstall transformers ({reinstall('transformers')}), then delete {Path(source).parent}.",
+    )
 
 
 def _check_entry(entry: Entry) -> None:
@@ -372,8 +375,6 @@ class Journal:
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> Journal:
-        from ascend_env.patching.store import Entry, _check_entry
-
         try:
             changes = [Change(str(c["path"]), c["before"], c["after"]) for c in data["changes"]]
             for change in changes:
@@ -381,20 +382,8 @@ class Journal:
             state = None if data["state"] is None else State.from_json(data["state"], source)
             return cls(str(data["action"]), tuple(changes), state)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise EnvironmentProblem(
-                f"{source} is not a valid ascend-env journal ({exc}).",
-                f"reinstall transformers ({reinstall('transformers')}), "
-                f"then delete {Path(source).parent}.",
-            ) from None
+            raise _not_valid(source, "journal", exc) from None
 
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = None) -> None:
@@ -407,32 +396,25 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, label: Optional[str] = 
         mode = 0o666 & ~umask
     owner = owner_for(path)
     make_dir(tmp_dir)
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=".write-")
     try:
-        with os.fdopen(fd, "wb") as handle:
+        _write_through(path, data, tmp_dir, mode, owner, label)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        # tmp_dir is on another file system: stage next to the target instead.
+        _write_through(path, data, path.parent, mode, owner, label)
+
+
+def _write_through(
+    path: Path, data: bytes, staging: Path, mode: int, owner: Optional[Tuple[int, int]], label: Optional[str]
+) -> None:
+    with atomic.replacing(path, staging=staging, durable=True) as temporary:
+        with open(temporary, "wb") as handle:
             handle.write(data)
-            handle.flush()
             os.fchmod(handle.fileno(), mode)
             give_fd(handle.fileno(), owner)  # root writing another user's environment: keep it theirs
-            os.fsync(handle.fileno())
         if label:
             crash_point(label + "-temp")
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            # tmp_dir is on another file system: stage next to the target instead.
-            os.unlink(tmp)
-            write_atomic(path, data, path.parent)
-            return
-        _fsync_dir(path.parent)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
@@ -511,7 +493,7 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
         if change.after is None:
             crash_point(f"change-{index}-temp")
             path.unlink()
-            _fsync_dir(path.parent)
+            atomic.fsync_directory(path.parent)
         else:
             if path.parent.name == "__pycache__":  # the hook's .pyc: site-packages may have none
                 make_dir(path.parent)
@@ -544,7 +526,7 @@ def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
     except OSError as exc:
         raise _write_failed(cache, exc) from None
     if stale:
-        _fsync_dir(cache)
+        atomic.fsync_directory(cache)
 
 
 def _finish(site_packages: Path, journal: Journal) -> None:
@@ -561,7 +543,7 @@ def _finish(site_packages: Path, journal: Journal) -> None:
         write_atomic(directory / STATE_FILE, journal.state.to_json(), directory / TMP)
         crash_point("state")
         (directory / JOURNAL_FILE).unlink()
-        _fsync_dir(directory)
+        atomic.fsync_directory(directory)
         crash_point("commit")
         keep = {entry.before for entry in journal.state.entries if entry.before}
         _clean(directory, keep)
@@ -573,7 +555,7 @@ def _finish(site_packages: Path, journal: Journal) -> None:
             pass
         crash_point("state")
         (directory / JOURNAL_FILE).unlink()
-        _fsync_dir(directory)
+        atomic.fsync_directory(directory)
         crash_point("commit")
         remove_directory(site_packages)
     crash_point("cleanup")
@@ -618,7 +600,7 @@ def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) ->
             store_blob(site_packages, blobs[digest])
             crash_point("blob")
         if needed:
-            _fsync_dir(directory / ORIGINALS)
+            atomic.fsync_directory(directory / ORIGINALS)
         crash_point("blobs")
         write_atomic(directory / JOURNAL_FILE, journal.to_json(), directory / TMP, label="journal")
         crash_point("journal")

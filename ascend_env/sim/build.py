@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, List
 
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.utils import atomic
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "sim_backend.cpp"
 LIBRARY_NAME = "libascend_sim.so"
@@ -105,21 +106,22 @@ def ensure_built() -> Path:
         if library.exists():  # another process finished it while we waited
             _check_private(library)
             return library
-        partial = target_dir / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
-        command = compile_command(partial)
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if result.returncode != 0:
-            partial.unlink(missing_ok=True)
-            log = target_dir / "build.log"
-            log.write_text(shlex.join(command) + "\n\n" + result.stdout, encoding="utf-8")
-            tail = "\n".join(result.stdout.strip().splitlines()[-15:])
-            raise EnvironmentProblem(
-                f"building the simulated NPU backend failed (full log: {log}):\n{tail}",
-                "check that the C++ compiler supports C++17 and matches the one torch was built for",
-            )
-        os.chmod(partial, 0o755)
-        os.replace(partial, library)
+        with atomic.replacing(library, suffix=".so") as partial:
+            _compile(partial, target_dir / "build.log")
+            os.chmod(partial, 0o755)
     return library
+
+
+def _compile(output: Path, log: Path) -> None:
+    command = compile_command(output)
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        log.write_text(shlex.join(command) + "\n\n" + result.stdout, encoding="utf-8")
+        tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+        raise EnvironmentProblem(
+            f"building the simulated NPU backend failed (full log: {log}):\n{tail}",
+            "check that the C++ compiler supports C++17 and matches the one torch was built for",
+        )
 
 
 def load(torch: Any) -> Path:

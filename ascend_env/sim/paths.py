@@ -36,7 +36,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ascend_env.hook import compile_guard
+from ascend_env.hook import compile_guard, watch
 from ascend_env.sim import compile_mode, oppaths
 
 __all__ = [
@@ -531,42 +531,15 @@ class _Finder:
         wrap = self.pending.get(fullname)
         if wrap is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        spec = watch.find_spec_after(self, fullname, path, target)
+        if spec is None or spec.loader is None:
             return spec
         del self.pending[fullname]
         if not self.pending and self in sys.meta_path:
             sys.meta_path.remove(self)
-        loader = spec.loader
-        original = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            wrap(module)
-
-        spec.loader = _Loader(loader, exec_module)  # type: ignore[assignment]
+        # The import system puts the module in sys.modules before it executes it.
+        watch.wrap_loader(spec, lambda: wrap(sys.modules[fullname]))
         return spec
-
-
-class _Loader:
-    """``loader`` with its ``exec_module`` replaced; everything else passes through."""
-
-    def __init__(self, loader: Any, exec_module: Callable[[Any], None]) -> None:
-        self._loader = loader
-        self.exec_module = exec_module
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 # ----------------------------------------------------------------- the audit's side (no torch)

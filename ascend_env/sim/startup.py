@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, cast
 
+from ascend_env.utils import atomic
+
 TORCH_NPU = "ASCEND_ENV_AUDIT_TORCH_NPU"
 OPLISTS = "ASCEND_ENV_AUDIT_OPLISTS"
 LABEL = "ASCEND_ENV_AUDIT_LABEL"
@@ -262,6 +264,22 @@ def _after_fork_in_child() -> None:
     _current.start_polling()
 
 
+def enable(table: Mapping[str, str]) -> None:
+    """Enable the simulated NPU that ``table`` names (the variables that
+    :func:`ascend_env.checks.audit.choose_table` picks: a release's table, or an installed
+    torch_npu's op lists), and make ``import torch_npu`` find the simulated package."""
+    from ascend_env import sim
+
+    if table.get(OPLISTS):
+        from ascend_env.detect import npu_oplists as oplists
+
+        ops = oplists.read_torch_npu(Path(table[OPLISTS]))
+        sim.enable_ops(table.get(LABEL, table[OPLISTS]), ops, table.get(FALLBACK_DISABLE) == "1")
+    else:
+        sim.enable(table.get(TORCH_NPU) or None)
+    sim.add_torch_npu_to_path()
+
+
 def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
     """Enable the simulator as the audit asked and report this process's fallbacks."""
     environ = os.environ if environ is None else environ
@@ -271,14 +289,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
     try:
         from ascend_env import sim
 
-        if environ.get(OPLISTS):
-            from ascend_env.detect import npu_oplists as oplists
-
-            ops = oplists.read_torch_npu(Path(environ[OPLISTS]))
-            sim.enable_ops(environ.get(LABEL, environ[OPLISTS]), ops, environ.get(FALLBACK_DISABLE) == "1")
-        else:
-            sim.enable(environ.get(TORCH_NPU) or None)
-        sim.add_torch_npu_to_path()  # `import torch_npu` finds the simulated one
+        enable(environ)
         from ascend_env.sim import paths
 
         paths.start_from_environment(environ)
@@ -300,6 +311,5 @@ def _paths_report() -> Optional[Dict[str, Any]]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    partial = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-    partial.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(partial, path)
+    with atomic.replacing(path) as partial:
+        partial.write_text(json.dumps(data), encoding="utf-8")
