@@ -38,6 +38,7 @@ __all__ = [
     "apply_patch",
     "parse_patch",
     "safe_relative_path",
+    "valid_patch_id",
 ]
 
 HEADER_KEYS = ("Patch", "Changes", "Why", "Upstream", "Remove-when")
@@ -127,6 +128,11 @@ class FilePatch:
         return self.header["Patch"]
 
 
+def valid_patch_id(text: str) -> bool:
+    """Whether ``text`` is a patch id: lowercase letters, digits, '.', '_' or '-', at most 100."""
+    return bool(_PATCH_ID.match(text))
+
+
 def safe_relative_path(path: str) -> bool:
     """Whether ``path`` is a plain relative POSIX path that cannot leave its root."""
     if not path or len(path) > 400 or path.startswith("/"):
@@ -176,7 +182,7 @@ def _check_header(header: Dict[str, str], name: str) -> None:
             f"give every patch the header keys {', '.join(HEADER_KEYS)}.",
         )
     patch_id = header["Patch"]
-    if not _PATCH_ID.match(patch_id):
+    if not valid_patch_id(patch_id):
         raise PatchError(
             f"{name}: patch id {patch_id!r} is not lowercase letters, digits, '.', '_' or '-'.",
             "name the patch like 'stopping-criteria-eos-v1'.",

@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 from packaging.version import InvalidVersion, Version
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path
+from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path, valid_patch_id
 from ascend_env.utils import jsontext
 
 __all__ = [
@@ -46,7 +46,6 @@ MANIFEST = "manifest.json"
 #: The largest manifest read (the shipped one is about 35 KB).
 MAX_MANIFEST_CHARS = 4 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _T = TypeVar("_T")
 
 
@@ -193,7 +192,7 @@ def _nothing_range(nothing: Dict[str, Any], source: str) -> _NothingRange:
 
 def _patch_entry(patch_id: str, entry: Any, source: str) -> PatchEntry:
     where = f"patches.{patch_id}"
-    if not _PATCH_ID.match(patch_id):
+    if not valid_patch_id(patch_id):
         raise _fail(source, f"{where}: the id is not lowercase letters, digits, '.', '_' or '-'")
     path = _get(entry, "path", str, source, where)
     target = _get(entry, "target", str, source, where)
