@@ -36,6 +36,6 @@ def run(args: argparse.Namespace) -> int:
         write_json({"ok": True, **result.to_dict()})
         return 0
     lines = [f"wrote {result.path} ({result.original_version} -> {result.version})"]
-    lines += [f"  {target}: {change['patch']}" for target, change in result.files.items()]
+    lines += [f"  {target}: {change.patch}" for target, change in result.changes.items()]
     write_text("\n".join(lines))
     return 0

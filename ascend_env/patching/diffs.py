@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, NoReturn, Optional, Sequence, Tuple
 
 from ascend_env.exceptions import HunkMismatch, PatchError, reinstall
 
@@ -33,10 +33,12 @@ __all__ = [
     "Hunk",
     "HunkMismatch",
     "Line",
+    "LineKind",
     "PatchError",
     "apply_patch",
     "parse_patch",
     "safe_relative_path",
+    "valid_patch_id",
 ]
 
 HEADER_KEYS = ("Patch", "Changes", "Why", "Upstream", "Remove-when")
@@ -60,12 +62,17 @@ _DIFF_LINES = (
 _PATH_PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _NO_NEWLINE = "\\"
 
+#: A hunk line's kind: context, removed or added, as the diff writes it.
+LineKind = Literal[" ", "-", "+"]
+_KINDS: Dict[str, LineKind] = {" ": " ", "-": "-", "+": "+"}
+_SWAP: Dict[LineKind, LineKind] = {"+": "-", "-": "+", " ": " "}
+
 
 @dataclass(frozen=True)
 class Line:
     """One hunk line: ``kind`` is ``" "``, ``"-"`` or ``"+"``; ``text`` has no line ending."""
 
-    kind: str
+    kind: LineKind
     text: bytes
     newline: bool = True
 
@@ -94,13 +101,12 @@ class Hunk:
 
     def reversed(self) -> Hunk:
         """The hunk that undoes this one."""
-        swap = {"+": "-", "-": "+", " ": " "}
         return Hunk(
             self.target_start,
             self.target_length,
             self.source_start,
             self.source_length,
-            tuple(Line(swap[line.kind], line.text, line.newline) for line in self.lines),
+            tuple(Line(_SWAP[line.kind], line.text, line.newline) for line in self.lines),
         )
 
 
@@ -122,6 +128,11 @@ class FilePatch:
         return self.header["Patch"]
 
 
+def valid_patch_id(text: str) -> bool:
+    """Whether ``text`` is a patch id: lowercase letters, digits, '.', '_' or '-', at most 100."""
+    return bool(_PATCH_ID.match(text))
+
+
 def safe_relative_path(path: str) -> bool:
     """Whether ``path`` is a plain relative POSIX path that cannot leave its root."""
     if not path or len(path) > 400 or path.startswith("/"):
@@ -131,6 +142,13 @@ def safe_relative_path(path: str) -> bool:
 
 
 def _parse_header(lines: Sequence[str], name: str) -> Dict[str, str]:
+    header = _header_fields(lines, name)
+    _check_header(header, name)
+    return header
+
+
+def _header_fields(lines: Sequence[str], name: str) -> Dict[str, str]:
+    """The ``# Key: value`` lines as a dict, continuation lines joined to their key's value."""
     header: Dict[str, str] = {}
     last: Optional[str] = None
     for number, line in enumerate(lines, 1):
@@ -152,6 +170,11 @@ def _parse_header(lines: Sequence[str], name: str) -> Dict[str, str]:
                 f"{name}: header line {number} is not '# Key: value': {line[:80]!r}.",
                 "start the file with '# Key: value' lines (continuations indented), then the diff.",
             )
+    return header
+
+
+def _check_header(header: Dict[str, str], name: str) -> None:
+    """Every key present, a well-formed id, and a file name that matches it."""
     missing = [key for key in HEADER_KEYS if key not in header]
     if missing:
         raise PatchError(
@@ -159,7 +182,7 @@ def _parse_header(lines: Sequence[str], name: str) -> Dict[str, str]:
             f"give every patch the header keys {', '.join(HEADER_KEYS)}.",
         )
     patch_id = header["Patch"]
-    if not _PATCH_ID.match(patch_id):
+    if not valid_patch_id(patch_id):
         raise PatchError(
             f"{name}: patch id {patch_id!r} is not lowercase letters, digits, '.', '_' or '-'.",
             "name the patch like 'stopping-criteria-eos-v1'.",
@@ -170,7 +193,6 @@ def _parse_header(lines: Sequence[str], name: str) -> Dict[str, str]:
             f"{name}: the file name does not match '# Patch: {patch_id}'.",
             f"name the file {patch_id}.patch or fix its header.",
         )
-    return header
 
 
 def _strip_prefix(path: str, prefix: str, name: str) -> str:
@@ -192,13 +214,13 @@ def _strip_prefix(path: str, prefix: str, name: str) -> str:
 def _convert_hunk(raw: unidiff.patch.Hunk, name: str, number: int) -> Hunk:
     lines: List[Line] = []
     for item in raw:
-        kind = item.line_type
-        if kind == _NO_NEWLINE:
+        if item.line_type == _NO_NEWLINE:
             if not lines or not lines[-1].newline:
                 raise PatchError(f"{name}: hunk {number} has a misplaced '\\ No newline' marker.")
             lines[-1] = Line(lines[-1].kind, lines[-1].text, False)
             continue
-        if kind not in (" ", "-", "+"):
+        kind = _KINDS.get(item.line_type)
+        if kind is None:
             continue  # a blank line after a complete hunk
         text = item.value[:-1] if item.value.endswith("\n") else item.value
         lines.append(Line(kind, text.encode("utf-8")))
@@ -213,6 +235,23 @@ def parse_patch(text: str, name: str) -> FilePatch:
 
     Raises :class:`PatchError` for anything but a header and one plain one-file diff.
     """
+    lines = _text_lines(text, name)
+    start = _diff_start(lines, name)
+    header = _parse_header(lines[:start], name)
+    body = lines[start:]
+    _check_diff_lines(body, start, name)
+    patched = _one_file_diff(body, name)
+    source, target = _diff_paths(patched, body, name)
+    if not patched or len(patched) > MAX_HUNKS:
+        raise PatchError(f"{name}: the diff has {len(patched)} hunks (1 to {MAX_HUNKS} allowed).")
+    _check_every_line_used(body, patched, name, start)
+    hunks = tuple(_convert_hunk(raw, name, number) for number, raw in enumerate(patched, 1))
+    _check_hunk_order(hunks, name)
+    return FilePatch(name=name, header=header, source=source, target=target, hunks=hunks)
+
+
+def _text_lines(text: str, name: str) -> List[str]:
+    """The lines of a bounded, NUL-free text, with ``\\r\\n`` read as ``\\n``."""
     if not isinstance(text, str):
         raise PatchError(f"{name}: patch text must be str, not {type(text).__name__}.")
     if len(text) > MAX_PATCH_CHARS:
@@ -222,15 +261,19 @@ def parse_patch(text: str, name: str) -> FilePatch:
     text = text.replace("\r\n", "\n")
     if text and not text.endswith("\n"):
         text += "\n"
-    lines = text.split("\n")[:-1]
-    start = next(
-        (i for i, line in enumerate(lines) if line.startswith("diff --git ") or line.startswith("--- ")),
-        None,
-    )
-    if start is None:
-        raise PatchError(f"{name}: no unified diff ('--- a/PATH') found.", "append one git-style diff.")
-    header = _parse_header(lines[:start], name)
-    body = lines[start:]
+    return text.split("\n")[:-1]
+
+
+def _diff_start(lines: Sequence[str], name: str) -> int:
+    """The index of the diff's first line, after the header."""
+    for index, line in enumerate(lines):
+        if line.startswith("diff --git ") or line.startswith("--- "):
+            return index
+    raise PatchError(f"{name}: no unified diff ('--- a/PATH') found.", "append one git-style diff.")
+
+
+def _check_diff_lines(body: Sequence[str], start: int, name: str) -> None:
+    """Refuse any line a plain modification diff does not have (renames, modes, notes)."""
     for offset, line in enumerate(body):
         if not any(pattern.match(line) for pattern in _DIFF_LINES):
             raise PatchError(
@@ -238,6 +281,9 @@ def parse_patch(text: str, name: str) -> FilePatch:
                 "keep one modification diff of one file: no renames, mode changes, binaries or notes.",
             )
 
+
+def _one_file_diff(body: Sequence[str], name: str) -> unidiff.patch.PatchedFile:
+    """The diff parsed by unidiff: exactly one file, neither binary nor changing its mode."""
     from unidiff.errors import UnidiffParseError
     from unidiff.patch import PatchSet
 
@@ -258,6 +304,11 @@ def parse_patch(text: str, name: str) -> FilePatch:
         patched, "target_mode", None
     ):
         raise PatchError(f"{name}: binary or mode changes are not allowed.")
+    return patched
+
+
+def _diff_paths(patched: unidiff.patch.PatchedFile, body: Sequence[str], name: str) -> Tuple[str, str]:
+    """The source and target paths without ``a/``/``b/``: the same safe path, on every line naming it."""
     source = _strip_prefix(patched.source_file, "a/", name)
     target = _strip_prefix(patched.target_file, "b/", name)
     if source != target:
@@ -267,10 +318,10 @@ def parse_patch(text: str, name: str) -> FilePatch:
     git_line = body[0] if body[0].startswith("diff --git ") else None
     if git_line is not None and git_line != f"diff --git a/{source} b/{target}":
         raise PatchError(f"{name}: the 'diff --git' line names another file than '--- a/{source}'.")
-    if not patched or len(patched) > MAX_HUNKS:
-        raise PatchError(f"{name}: the diff has {len(patched)} hunks (1 to {MAX_HUNKS} allowed).")
-    _check_every_line_used(body, patched, name, start)
-    hunks = tuple(_convert_hunk(raw, name, number) for number, raw in enumerate(patched, 1))
+    return source, target
+
+
+def _check_hunk_order(hunks: Sequence[Hunk], name: str) -> None:
     previous_end = 0
     for number, hunk in enumerate(hunks, 1):
         if hunk.source_start < previous_end:
@@ -279,7 +330,6 @@ def parse_patch(text: str, name: str) -> FilePatch:
                 "order hunks by line and keep them apart.",
             )
         previous_end = hunk.source_start + hunk.source_length
-    return FilePatch(name=name, header=header, source=source, target=target, hunks=hunks)
 
 
 def _check_every_line_used(
@@ -359,6 +409,28 @@ def _candidates(expected: int, floor: int, ceiling: int, max_offset: int) -> Ite
                 yield pos
 
 
+@dataclass(frozen=True)
+class _Placement:
+    """Where a hunk may match: the lines it expects, the 0-based line its header names, and
+    whether it is tied to the start of the file (it starts at line 0 or 1) or to its end (it has no
+    trailing context)."""
+
+    before: Tuple[Line, ...]
+    declared: int
+    anchor_start: bool
+    anchor_end: bool
+
+
+def _placement(hunk: Hunk) -> _Placement:
+    declared = hunk.source_start - 1 if hunk.source_length else hunk.source_start
+    return _Placement(
+        before=tuple(hunk.before()),
+        declared=max(declared, 0),
+        anchor_start=hunk.source_start <= 1,
+        anchor_end=hunk.lines[-1].kind != " ",
+    )
+
+
 def apply_patch(
     patch: FilePatch, original: bytes, *, reverse: bool = False, max_offset: int = MAX_OFFSET
 ) -> bytes:
@@ -374,91 +446,71 @@ def apply_patch(
     floor = 0  # first original line not yet consumed
     shift = 0  # offset at which the previous hunk matched, carried forward like GNU patch
     for number, hunk in enumerate(hunks, 1):
-        before = hunk.before()
-        declared = hunk.source_start - 1 if hunk.source_length else hunk.source_start
-        declared = max(declared, 0)
-        anchor_start = hunk.source_start <= 1
-        anchor_end = hunk.lines[-1].kind != " "  # no trailing context
-        last = len(lines) - len(before)
-        if anchor_start:
-            choices = [0]
-        elif anchor_end:
-            choices = [last]
-        else:
-            choices = list(_candidates(declared + shift, floor, last, max_offset))
-        pos = next(
-            (
-                p
-                for p in choices
-                if p >= floor and (not anchor_end or p == last) and _matches(lines, p, before)
-            ),
-            None,
-        )
+        place = _placement(hunk)
+        pos = _locate(lines, place, floor, shift, max_offset)
         if pos is None:
-            _mismatch(
-                patch,
-                hunk,
-                number,
-                len(hunks),
-                lines,
-                declared,
-                before,
-                anchor_start,
-                anchor_end,
-                max_offset,
-                reverse,
-            )
-        shift = pos - declared
+            _mismatch(patch, hunk, number, lines, place, max_offset=max_offset, reverse=reverse)
+        shift = pos - place.declared
         out.extend(content + end for content, end in lines[floor:pos])
-        matched = iter(lines[pos : pos + len(before)])
-        for line in hunk.lines:
-            if line.kind == " ":
-                content, end = next(matched)
-                out.append(content + end)
-            elif line.kind == "-":
-                next(matched)
-            else:
-                out.append(line.text + (ending if line.newline else b""))
-        floor = pos + len(before)
+        floor = pos + len(place.before)
+        out.extend(_replace(hunk, lines[pos:floor], ending))
     out.extend(content + end for content, end in lines[floor:])
     return b"".join(out)
+
+
+def _locate(
+    lines: Sequence[Tuple[bytes, bytes]], place: _Placement, floor: int, shift: int, max_offset: int
+) -> Optional[int]:
+    """The first line at or after ``floor`` where the hunk matches, or None."""
+    last = len(lines) - len(place.before)
+    if place.anchor_start:
+        choices: Iterator[int] = iter([0])
+    elif place.anchor_end:
+        choices = iter([last])
+    else:
+        choices = _candidates(place.declared + shift, floor, last, max_offset)
+    for pos in choices:
+        if pos >= floor and (not place.anchor_end or pos == last) and _matches(lines, pos, place.before):
+            return pos
+    return None
+
+
+def _replace(hunk: Hunk, matched: Sequence[Tuple[bytes, bytes]], ending: bytes) -> Iterator[bytes]:
+    """The hunk's result for the ``matched`` lines: context kept as found (with its own ending),
+    removed lines dropped, added lines given ``ending``."""
+    found = iter(matched)
+    for line in hunk.lines:
+        if line.kind == " ":
+            content, end = next(found)
+            yield content + end
+        elif line.kind == "-":
+            next(found)
+        else:
+            yield line.text + (ending if line.newline else b"")
 
 
 def _mismatch(
     patch: FilePatch,
     hunk: Hunk,
     number: int,
-    total: int,
     lines: Sequence[Tuple[bytes, bytes]],
-    declared: int,
-    before: Sequence[Line],
-    anchor_start: bool,
-    anchor_end: bool,
+    place: _Placement,
+    *,
     max_offset: int,
     reverse: bool,
 ) -> NoReturn:
-    at = 0 if anchor_start else max(len(lines) - len(before), 0) if anchor_end else declared
+    before = place.before
+    at = _shown_at(place, len(lines))
     found_lines = lines[at : at + len(before)]
     expected = tuple(_show(line.text, line.newline) for line in before)
     found = tuple(_show(content, bool(end)) for content, end in found_lines)
-    seen = [(content, bool(end)) for content, end in found_lines]
-    first = next(
-        (i for i, want in enumerate(before) if i >= len(seen) or seen[i] != (want.text, want.newline)),
-        0,
-    )
-    where = (
-        "at the start of the file"
-        if anchor_start
-        else "at the end of the file"
-        if anchor_end
-        else f"within {max_offset} lines of line {declared + 1}"
-    )
+    first = _first_difference(before, found_lines)
     got = found[first] if first < len(found) else "<end of file>"
     direction = "be undone from" if reverse else "apply to"
     raise HunkMismatch(
-        f"{patch.id}: hunk {number} of {total} ({hunk.header}) does not {direction} {patch.target} "
-        f"{where}. First difference at line {at + first + 1}: expected {expected[first]!r}, "
-        f"found {got!r}.",
+        f"{patch.id}: hunk {number} of {len(patch.hunks)} ({hunk.header}) does not {direction} "
+        f"{patch.target} {_where(place, max_offset)}. First difference at line {at + first + 1}: "
+        f"expected {expected[first]!r}, found {got!r}.",
         "the file is not the text this patch was written for: restore the original transformers files "
         f"({reinstall('transformers', '<version>')}) or update the patch.",
         path=patch.target,
@@ -466,4 +518,30 @@ def _mismatch(
         line=at + 1,
         expected=expected,
         found=found,
+    )
+
+
+def _shown_at(place: _Placement, count: int) -> int:
+    """The line a mismatch report shows: where the hunk had to match, or where it says it goes."""
+    if place.anchor_start:
+        return 0
+    if place.anchor_end:
+        return max(count - len(place.before), 0)
+    return place.declared
+
+
+def _where(place: _Placement, max_offset: int) -> str:
+    if place.anchor_start:
+        return "at the start of the file"
+    if place.anchor_end:
+        return "at the end of the file"
+    return f"within {max_offset} lines of line {place.declared + 1}"
+
+
+def _first_difference(before: Sequence[Line], found: Sequence[Tuple[bytes, bytes]]) -> int:
+    """The index of the first expected line that the found lines lack or differ on (0 if none)."""
+    seen = [(content, bool(end)) for content, end in found]
+    return next(
+        (i for i, want in enumerate(before) if i >= len(seen) or seen[i] != (want.text, want.newline)),
+        0,
     )

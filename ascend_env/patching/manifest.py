@@ -19,16 +19,17 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 
 from packaging.version import InvalidVersion, Version
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path
+from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path, valid_patch_id
 from ascend_env.utils import jsontext
 
 __all__ = [
     "FileChange",
+    "Lookup",
     "Manifest",
     "NothingToDo",
     "PatchEntry",
@@ -45,7 +46,7 @@ MANIFEST = "manifest.json"
 #: The largest manifest read (the shipped one is about 35 KB).
 MAX_MANIFEST_CHARS = 4 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_PATCH_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+_T = TypeVar("_T")
 
 
 def patches_dir() -> Path:
@@ -94,6 +95,22 @@ class UnknownRelease:
     version: str
 
 
+#: What a version of the distribution needs: its listed patches, nothing, or it is unknown.
+Lookup = Union[Release, NothingToDo, UnknownRelease]
+
+
+@dataclass(frozen=True)
+class _NothingRange:
+    """``nothing_to_do``: versions below ``below`` or from ``from_`` on need no patch."""
+
+    below: Version
+    from_: Version
+    why: str
+
+    def holds(self, version: Version) -> bool:
+        return version < self.below or version >= self.from_
+
+
 @dataclass(frozen=True)
 class Manifest:
     distribution: str
@@ -103,7 +120,7 @@ class Manifest:
     patches: Dict[str, PatchEntry]
     releases: Dict[str, Release]
 
-    def lookup(self, version: str) -> Union[Release, NothingToDo, UnknownRelease]:
+    def lookup(self, version: str) -> Lookup:
         """What ``version`` of the distribution needs."""
         if version in self.releases:
             return self.releases[version]
@@ -128,7 +145,7 @@ def _fail(source: str, what: str) -> EnvironmentProblem:
     )
 
 
-def _get(data: Any, key: str, kind: type, source: str, where: str) -> Any:
+def _get(data: Any, key: str, kind: Type[_T], source: str, where: str) -> _T:
     if not isinstance(data, dict) or key not in data:
         raise _fail(source, f"{where} lacks '{key}'")
     value = data[key]
@@ -152,51 +169,70 @@ def parse_manifest(data: Any, source: str = MANIFEST) -> Manifest:
     if schema != SCHEMA:
         raise _fail(source, f"schema {schema!r} is not {SCHEMA}")
     distribution = _get(data, "distribution", str, source, "manifest")
-    nothing = _get(data, "nothing_to_do", dict, source, "manifest")
+    nothing = _nothing_range(_get(data, "nothing_to_do", dict, source, "manifest"), source)
+    patches = {
+        patch_id: _patch_entry(patch_id, entry, source)
+        for patch_id, entry in _get(data, "patches", dict, source, "manifest").items()
+    }
+    releases = {
+        version: _release(version, files, nothing, patches, source)
+        for version, files in _get(data, "releases", dict, source, "manifest").items()
+    }
+    return Manifest(distribution, nothing.below, nothing.from_, nothing.why, patches, releases)
+
+
+def _nothing_range(nothing: Dict[str, Any], source: str) -> _NothingRange:
     below = _version(_get(nothing, "below", str, source, "nothing_to_do"), source, "nothing_to_do.below")
     from_ = _version(_get(nothing, "from", str, source, "nothing_to_do"), source, "nothing_to_do.from")
     why = _get(nothing, "why", str, source, "nothing_to_do")
     if not below < from_:
         raise _fail(source, "nothing_to_do.below is not below nothing_to_do.from")
+    return _NothingRange(below, from_, why)
 
-    patches: Dict[str, PatchEntry] = {}
-    for patch_id, entry in _get(data, "patches", dict, source, "manifest").items():
-        where = f"patches.{patch_id}"
-        if not _PATCH_ID.match(patch_id):
-            raise _fail(source, f"{where}: the id is not lowercase letters, digits, '.', '_' or '-'")
-        path = _get(entry, "path", str, source, where)
-        target = _get(entry, "target", str, source, where)
-        if not (safe_relative_path(path) and path.endswith(".patch")):
-            raise _fail(source, f"{where}.path {path!r} is not a relative .patch path")
-        if not safe_relative_path(target):
-            raise _fail(source, f"{where}.target {target!r} is not a relative path inside site-packages")
-        verified = _get(entry, "verified_on", list, source, where)
-        if not all(isinstance(v, str) for v in verified):
-            raise _fail(source, f"{where}.verified_on holds a non-string")
-        patches[patch_id] = PatchEntry(patch_id, path, target, tuple(verified))
 
-    releases: Dict[str, Release] = {}
-    for version, files in _get(data, "releases", dict, source, "manifest").items():
-        parsed = _version(version, source, "release")
-        if parsed < below or parsed >= from_:
-            raise _fail(source, f"release {version} lies in the nothing-to-do range")
-        if not isinstance(files, dict) or not files:
-            raise _fail(source, f"releases.{version} is not a non-empty object")
-        changes: Dict[str, FileChange] = {}
-        for target, change in files.items():
-            where = f"releases.{version}.{target}"
-            patch_id = _get(change, "patch", str, source, where)
-            before = _get(change, "before", str, source, where)
-            after = _get(change, "after", str, source, where)
-            if patch_id not in patches:
-                raise _fail(source, f"{where} names the unknown patch {patch_id!r}")
-            if patches[patch_id].target != target:
-                raise _fail(source, f"{where}: patch {patch_id} targets {patches[patch_id].target}")
-            if not (_SHA256.match(before) and _SHA256.match(after)) or before == after:
-                raise _fail(source, f"{where}: before/after are not two different sha256 hex digests")
-            changes[target] = FileChange(patch_id, before, after)
-        releases[version] = Release(version, changes)
-    return Manifest(distribution, below, from_, why, patches, releases)
+def _patch_entry(patch_id: str, entry: Any, source: str) -> PatchEntry:
+    where = f"patches.{patch_id}"
+    if not valid_patch_id(patch_id):
+        raise _fail(source, f"{where}: the id is not lowercase letters, digits, '.', '_' or '-'")
+    path = _get(entry, "path", str, source, where)
+    target = _get(entry, "target", str, source, where)
+    if not (safe_relative_path(path) and path.endswith(".patch")):
+        raise _fail(source, f"{where}.path {path!r} is not a relative .patch path")
+    if not safe_relative_path(target):
+        raise _fail(source, f"{where}.target {target!r} is not a relative path inside site-packages")
+    verified = _get(entry, "verified_on", list, source, where)
+    if not all(isinstance(v, str) for v in verified):
+        raise _fail(source, f"{where}.verified_on holds a non-string")
+    return PatchEntry(patch_id, path, target, tuple(verified))
+
+
+def _release(
+    version: str, files: Any, nothing: _NothingRange, patches: Dict[str, PatchEntry], source: str
+) -> Release:
+    if nothing.holds(_version(version, source, "release")):
+        raise _fail(source, f"release {version} lies in the nothing-to-do range")
+    if not isinstance(files, dict) or not files:
+        raise _fail(source, f"releases.{version} is not a non-empty object")
+    changes = {
+        target: _file_change(f"releases.{version}.{target}", target, change, patches, source)
+        for target, change in files.items()
+    }
+    return Release(version, changes)
+
+
+def _file_change(
+    where: str, target: str, change: Any, patches: Dict[str, PatchEntry], source: str
+) -> FileChange:
+    patch_id = _get(change, "patch", str, source, where)
+    before = _get(change, "before", str, source, where)
+    after = _get(change, "after", str, source, where)
+    if patch_id not in patches:
+        raise _fail(source, f"{where} names the unknown patch {patch_id!r}")
+    if patches[patch_id].target != target:
+        raise _fail(source, f"{where}: patch {patch_id} targets {patches[patch_id].target}")
+    if not (_SHA256.match(before) and _SHA256.match(after)) or before == after:
+        raise _fail(source, f"{where}: before/after are not two different sha256 hex digests")
+    return FileChange(patch_id, before, after)
 
 
 def load_manifest(directory: Optional[Path] = None) -> Manifest:

@@ -23,7 +23,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -31,6 +31,7 @@ from packaging.version import Version
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.patching.diffs import apply_patch, parse_patch
 from ascend_env.patching.manifest import (
+    FileChange,
     Manifest,
     NothingToDo,
     Release,
@@ -46,16 +47,40 @@ LOCAL_PREFIX = "ascend"
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Source:
+    """The wheel being patched: its path, project and version, the open archive, and its members
+    (``infos`` in the archive's order, ``members`` by name)."""
+
+    wheel: Path
+    project: str
+    version: str
+    archive: zipfile.ZipFile
+    infos: List[zipfile.ZipInfo]
+    members: Dict[str, zipfile.ZipInfo]
+
+    def read(self, name: str) -> bytes:
+        return _read(self.archive, self.wheel, self.members[name])
+
+
+@dataclass(frozen=True)
 class PatchedWheel:
-    """What :func:`patch_wheel` wrote."""
+    """What :func:`patch_wheel` wrote: ``changes`` maps each patched file to its patch and hashes."""
 
     path: Path
     version: str
     original_version: str
-    files: Dict[str, Dict[str, str]] = field(default_factory=dict)  # target -> patch, before, after
+    changes: Dict[str, FileChange] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def files(self) -> Dict[str, Dict[str, str]]:
+        """``changes`` as JSON: target -> patch, before, after."""
+        return {
+            target: {"patch": change.patch, "before": change.before, "after": change.after}
+            for target, change in self.changes.items()
+        }
+
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "wheel": str(self.path),
             "version": self.version,
@@ -167,34 +192,54 @@ def patch_wheel(
     project, version, tags = _split_name(wheel)
     release = _release(manifest, project, version)
     new_version = local_version(str(version), build)
+    archive = _open(wheel)
+    stem = wheel.name.split("-", 1)[0]
+    path = output_dir / f"{stem}-{new_version}-{tags}.whl"
+    with archive:
+        source = _source(wheel, project, str(version), archive)
+        old_info = _dist_info(list(source.members), project, str(version))
+        new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
+        changed = _patched_members(source, release, manifest, directory)
+        changed.update(_new_metadata(source, old_info, new_version))
+        _write_wheel(path, lambda out: _write_members(source, out, changed, old_info, new_info))
+    return PatchedWheel(path, new_version, str(version), dict(sorted(release.changes.items())))
+
+
+def _open(wheel: Path) -> zipfile.ZipFile:
     try:
-        archive = zipfile.ZipFile(wheel)
+        return zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         raise EnvironmentProblem(f"cannot read {wheel}: {exc}.", "pass a complete wheel file.") from None
-    stem = wheel.name.split("-", 1)[0]
-    result = PatchedWheel(output_dir / f"{stem}-{new_version}-{tags}.whl", new_version, str(version))
-    with archive:
-        infos = [info for info in archive.infolist() if not info.is_dir()]
-        _check_sizes(wheel, infos)
-        members = {info.filename: info for info in infos}
-        old_info = _dist_info(list(members), project, str(version))
-        new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
-        changed = _patched_members(archive, wheel, members, (project, release), manifest, directory, result)
-        metadata = f"{old_info}/METADATA"
-        if metadata not in members or f"{old_info}/RECORD" not in members:
-            raise EnvironmentProblem(f"the wheel has no {metadata} or RECORD.", "pass an unmodified wheel.")
-        changed[metadata] = _set_version(_read(archive, wheel, members[metadata]), new_version)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".patch-wheel-", suffix=".whl", dir=output_dir)
-        os.close(handle)
-        try:
-            with zipfile.ZipFile(temporary, "w") as out:
-                _write_members(archive, wheel, out, infos, changed, old_info, new_info)
-            os.replace(temporary, result.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-    return result
+
+
+def _source(wheel: Path, project: str, version: str, archive: zipfile.ZipFile) -> _Source:
+    """The wheel's files (not its directory entries), once their declared sizes pass the limits."""
+    infos = [info for info in archive.infolist() if not info.is_dir()]
+    _check_sizes(wheel, infos)
+    return _Source(wheel, project, version, archive, infos, {info.filename: info for info in infos})
+
+
+def _new_metadata(source: _Source, old_info: str, new_version: str) -> Dict[str, bytes]:
+    """``METADATA`` with the local version (the wheel must hold it and a RECORD)."""
+    metadata = f"{old_info}/METADATA"
+    if metadata not in source.members or f"{old_info}/RECORD" not in source.members:
+        raise EnvironmentProblem(f"the wheel has no {metadata} or RECORD.", "pass an unmodified wheel.")
+    return {metadata: _set_version(source.read(metadata), new_version)}
+
+
+def _write_wheel(path: Path, write: Callable[[zipfile.ZipFile], None]) -> None:
+    """Create ``path`` with what ``write`` puts into a new zip file: written under a temporary name
+    in the same directory and renamed over ``path``, so that ``path`` is whole or untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".patch-wheel-", suffix=".whl", dir=path.parent)
+    os.close(handle)
+    try:
+        with zipfile.ZipFile(temporary, "w") as out:
+            write(out)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 #: The largest wheel member that patch-wheel reads (transformers' largest file is under 1 MiB).
@@ -239,30 +284,18 @@ def _damaged(wheel: Path, info: zipfile.ZipInfo, exc: BaseException) -> Environm
 
 
 def _patched_members(
-    archive: zipfile.ZipFile,
-    wheel: Path,
-    members: Dict[str, zipfile.ZipInfo],
-    project_release: Tuple[str, Release],
-    manifest: Manifest,
-    directory: Path,
-    result: PatchedWheel,
+    source: _Source, release: Release, manifest: Manifest, directory: Path
 ) -> Dict[str, bytes]:
-    """The new bytes of each member that the release's patches change (recorded in ``result``)."""
-    project, release = project_release
-    version = result.original_version
+    """The new bytes of each member that the release's patches change."""
     changed: Dict[str, bytes] = {}
     for target, change in sorted(release.changes.items()):
-        if target not in members:
+        if target not in source.members:
             raise EnvironmentProblem(
-                f"the wheel has no {target}, which {project} {version} has.", "pass an unmodified wheel."
+                f"the wheel has no {target}, which {source.project} {source.version} has.",
+                "pass an unmodified wheel.",
             )
-        original = _read(archive, wheel, members[target])
-        if sha256_hex(original) != change.before:
-            raise EnvironmentProblem(
-                f"{target} in the wheel differs from {project} {version}'s file "
-                f"(sha256 {sha256_hex(original)}, expected {change.before}).",
-                f"pass the wheel as released: pip download --no-deps {project}=={version}.",
-            )
+        original = source.read(target)
+        _check_original(source, target, original, change)
         entry = manifest.patches[change.patch]
         patched = apply_patch(parse_patch(read_patch_text(directory, entry), entry.path), original)
         if sha256_hex(patched) != change.after:
@@ -271,23 +304,26 @@ def _patched_members(
                 "reinstall ascend-env, or regenerate the manifest with tools/check_patches.py.",
             )
         changed[target] = patched
-        result.files[target] = {"patch": change.patch, "before": change.before, "after": change.after}
     return changed
 
 
+def _check_original(source: _Source, target: str, original: bytes, change: FileChange) -> None:
+    if sha256_hex(original) != change.before:
+        project, version = source.project, source.version
+        raise EnvironmentProblem(
+            f"{target} in the wheel differs from {project} {version}'s file "
+            f"(sha256 {sha256_hex(original)}, expected {change.before}).",
+            f"pass the wheel as released: pip download --no-deps {project}=={version}.",
+        )
+
+
 def _write_members(
-    archive: zipfile.ZipFile,
-    wheel: Path,
-    out: zipfile.ZipFile,
-    infos: List[zipfile.ZipInfo],
-    changed: Dict[str, bytes],
-    old_info: str,
-    new_info: str,
+    source: _Source, out: zipfile.ZipFile, changed: Dict[str, bytes], old_info: str, new_info: str
 ) -> None:
     """Every member into ``out``, in the wheel's order: the changed ones from ``changed``, the
     others streamed; the ``.dist-info`` renamed; a fresh RECORD last (signatures dropped)."""
     rows: List[Tuple[str, str, int]] = []
-    for info in infos:
+    for info in source.infos:
         top, _, rest = info.filename.partition("/")
         if top == old_info and rest in ("RECORD", *_SIGNATURES):
             continue
@@ -297,26 +333,26 @@ def _write_members(
             out.writestr(_copy_info(info, name), data)
             rows.append((name, record_hash(data), len(data)))
         else:
-            rows.append((name, *_copy_member(archive, wheel, info, out, _copy_info(info, name))))
+            rows.append((name, *_copy_member(source, info, out, _copy_info(info, name))))
     record_name = f"{new_info}/RECORD"
-    record_info = _copy_info(next(i for i in infos if i.filename == f"{old_info}/RECORD"), record_name)
-    out.writestr(record_info, _record(rows, record_name))
+    record = next(i for i in source.infos if i.filename == f"{old_info}/RECORD")
+    out.writestr(_copy_info(record, record_name), _record(rows, record_name))
 
 
 def _copy_member(
-    archive: zipfile.ZipFile, wheel: Path, info: zipfile.ZipInfo, out: zipfile.ZipFile, new: zipfile.ZipInfo
+    source: _Source, info: zipfile.ZipInfo, out: zipfile.ZipFile, new: zipfile.ZipInfo
 ) -> Tuple[str, int]:
     """Stream one member into ``out`` in blocks; its RECORD hash and size."""
     digest = hashlib.sha256()
     size = 0
     try:
-        with archive.open(info) as source, out.open(new, "w") as target:
-            for block in iter(lambda: source.read(1 << 20), b""):
+        with source.archive.open(info) as member, out.open(new, "w") as target:
+            for block in iter(lambda: member.read(1 << 20), b""):
                 digest.update(block)
                 size += len(block)
                 target.write(block)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
-        raise _damaged(wheel, info, exc) from None
+        raise _damaged(source.wheel, info, exc) from None
     return record_digest(digest.digest()), size
 
 

@@ -295,6 +295,19 @@ def test_a_damaged_member_is_refused_and_leaves_no_output(tmp_path, patches, ori
     assert not out.exists() or list(out.iterdir()) == []
 
 
+def test_a_failed_rebuild_leaves_the_earlier_wheel_whole_and_no_temporary_file(
+    tmp_path, patches, original, capsys
+):
+    out = tmp_path / "out"
+    earlier = patch_wheel(original, out, directory=patches).path
+    data = earlier.read_bytes()
+    damage(original, "transformers/__init__.py", "deflate")  # fails while the copy is being written
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches)]
+    assert main(argv) == 2
+    assert "is damaged" in capsys.readouterr().err
+    assert list(out.iterdir()) == [earlier] and earlier.read_bytes() == data
+
+
 def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path, patches, capsys):
     from ascend_env.patching import wheels
 
