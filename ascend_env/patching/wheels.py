@@ -16,9 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import os
 import re
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ from ascend_env.patching.manifest import (
     read_patch_text,
 )
 from ascend_env.patching.records import record_digest, record_hash, sha256_hex
+from ascend_env.utils import atomic
 
 __all__ = ["LOCAL_PREFIX", "PatchedWheel", "local_version", "patch_wheel"]
 
@@ -231,15 +230,9 @@ def _write_wheel(path: Path, write: Callable[[zipfile.ZipFile], None]) -> None:
     """Create ``path`` with what ``write`` puts into a new zip file: written under a temporary name
     in the same directory and renamed over ``path``, so that ``path`` is whole or untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".patch-wheel-", suffix=".whl", dir=path.parent)
-    os.close(handle)
-    try:
+    with atomic.replacing(path, suffix=".whl") as temporary:
         with zipfile.ZipFile(temporary, "w") as out:
             write(out)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 #: The largest wheel member that patch-wheel reads (transformers' largest file is under 1 MiB).
