@@ -33,7 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
@@ -47,6 +47,9 @@ AUDIT_VARIABLES = (
 TIMEOUT = 900.0  # seconds; the first run on the simulator may compile its extension
 # Patch states that mean generation may fall back again (``install.status``'s words).
 BROKEN_PATCH_STATES = ("drifted", "interrupted", "partly applied", "conflict")
+
+SCHEMA = 1
+Device = Literal["npu", "simulator"]
 
 _LINE = re.compile(
     r"CAUTION: The operator '([^']+)' is not currently supported on the NPU backend and will fall back"
@@ -110,6 +113,86 @@ class Options:
     timeout: float = TIMEOUT
 
 
+@dataclass(frozen=True)
+class Check:
+    """One line of the verdict: a named check, whether it passed, why, and what to do if not."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: Optional[str] = None
+
+    @classmethod
+    def passed(cls, name: str, detail: str) -> Check:
+        return cls(name, True, detail)
+
+    @classmethod
+    def failed(cls, name: str, detail: str, fix: Optional[str]) -> Check:
+        return cls(name, False, detail, fix)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": None if self.ok else self.fix}
+
+
+@dataclass
+class Fallback:
+    """The evidence that one op fell back to the CPU, from every run.
+
+    ``line``: torch_npu's CAUTION line reached fd 2 (or a Python warning); ``refused``: an error
+    from ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` named it; ``count``: the simulator's count (None on
+    a real device); ``steps``: the smoke test's steps it was seen in.
+    """
+
+    line: bool = False
+    refused: bool = False
+    count: Optional[int] = None
+    steps: List[str] = field(default_factory=list)
+
+    def seen_in(self, step: str) -> None:
+        self.steps = sorted({*self.steps, step})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"line": self.line, "refused": self.refused, "count": self.count, "steps": list(self.steps)}
+
+
+@dataclass
+class VerifyResult:
+    """The verdict on the smoke test's runs; :meth:`to_dict` is the ``--json`` document."""
+
+    ok: bool
+    device: Device
+    device_name: Optional[str]
+    release: Optional[str]
+    simulator_reason: Optional[str]
+    strict: bool
+    fallback_disable: bool
+    processes: int
+    checks: List[Check]
+    fallbacks: Dict[str, Fallback]
+    findings: List[str]
+    installation: Dict[str, Any]
+    hook: Optional[Dict[str, Any]]
+    warnings: List[Dict[str, Any]]
+    python: Optional[str] = None  # set by verify(), with seconds; judge() alone leaves both out
+    seconds: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {
+            "ok": self.ok, "schema": SCHEMA, "device": self.device, "device_name": self.device_name,
+            "release": self.release, "simulator_reason": self.simulator_reason, "strict": self.strict,
+            "fallback_disable": self.fallback_disable, "processes": self.processes,
+            "checks": [check.to_dict() for check in self.checks],
+            "fallbacks": {op: item.to_dict() for op, item in self.fallbacks.items()},
+            "findings": list(self.findings), "installation": self.installation, "hook": self.hook,
+            "warnings": list(self.warnings),
+        }
+        if self.python is not None:
+            data["python"] = self.python
+        if self.seconds is not None:
+            data["seconds"] = self.seconds
+        return data
+
+
 def run_smoke(
     options: Options, device: str, steps: Sequence[str], env: Mapping[str, str]
 ) -> Smoke:
@@ -117,28 +200,44 @@ def run_smoke(
     smoke = Smoke(device=device, steps=list(steps))
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
-        command = [options.python, *child_flags(options.python), "-m", "ascend_env.checks.smoke",
-                   "--report", str(report), "--device", device, "--steps", ",".join(steps)]
-        if options.torch_npu:
-            command += ["--torch-npu", options.torch_npu]
         started = time.monotonic()
-        try:
-            done = subprocess.run(command, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=options.timeout)
-        except subprocess.TimeoutExpired:
-            raise CheckFailed(
-                f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",
-                "run it by hand to see where it hangs: "
-                "python -m ascend_env.checks.smoke --report /tmp/r.json",
-            ) from None
-        except OSError as exc:
-            raise UsageError(f"cannot run {options.python}: {exc.strerror or exc}.",
-                             "pass --python the path of a Python interpreter") from None
+        done = _run_child(options, _smoke_command(options, report, device, steps), env)
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
         if report.is_file():
             smoke.report = json.loads(report.read_text(encoding="utf-8"))
+    _raise_environment_problem(options, smoke)
+    return smoke
+
+
+def _smoke_command(options: Options, report: Path, device: str, steps: Sequence[str]) -> List[str]:
+    command = [options.python, *child_flags(options.python), "-m", "ascend_env.checks.smoke",
+               "--report", str(report), "--device", device, "--steps", ",".join(steps)]
+    if options.torch_npu:
+        command += ["--torch-npu", options.torch_npu]
+    return command
+
+
+def _run_child(
+    options: Options, command: Sequence[str], env: Mapping[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(command, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=options.timeout)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(
+            f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",
+            "run it by hand to see where it hangs: "
+            "python -m ascend_env.checks.smoke --report /tmp/r.json",
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot run {options.python}: {exc.strerror or exc}.",
+                         "pass --python the path of a Python interpreter") from None
+
+
+def _raise_environment_problem(options: Options, smoke: Smoke) -> None:
+    """A target Python that cannot run the smoke test is the environment's problem, not a verdict."""
     if not smoke.report and "No module named" in smoke.stderr and "ascend_env" in smoke.stderr:
         raise EnvironmentProblem(
             f"{options.python} cannot import ascend_env, so the smoke test cannot run there.",
@@ -147,81 +246,87 @@ def run_smoke(
     error = smoke.report.get("error")
     if error and error.get("environment"):
         raise EnvironmentProblem(error["problem"], error.get("fix"))
-    return smoke
 
 
-def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> VerifyResult:
     """Run the smoke test as ``options`` say and return the judged result (see :func:`judge`)."""
+    environ = os.environ if environ is None else environ
+    options = _resolved(options)
+    started = time.monotonic()
+    runs, reason = _run_all(options, environ)
+    result = judge(runs, strict=options.strict, simulator_reason=reason)
+    result.python = options.python
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def _resolved(options: Options) -> Options:
+    """``options`` with the interpreter's full path and the canonical release (UsageError if neither)."""
     from ascend_env.sim import optables
 
-    environ = os.environ if environ is None else environ
     python = shutil.which(options.python) or options.python
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise UsageError(f"--python {options.python}: not an executable file.",
                          "pass the path of a Python interpreter, e.g. /opt/venv/bin/python")
     # An unknown release raises UsageError here, before any process starts.
     release = optables.canonical(options.torch_npu) if options.torch_npu else None
-    options = dataclasses.replace(options, python=python, torch_npu=release)
+    return dataclasses.replace(options, python=python, torch_npu=release)
+
+
+def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke], Optional[str]]:
+    """Every smoke test process ``options`` call for, and why the simulator ran (None: it did not)."""
     reason = None
     if options.simulate or options.torch_npu:
         reason = "--torch-npu was given" if options.torch_npu else "--simulate was given"
     device = "sim" if reason else "auto"
-    started = time.monotonic()
     first = run_smoke(options, device, STEPS,
                       child_environment(environ, simulate=device == "sim", fallback_disable=True))
     if device == "auto" and "device_error" in first.report:
         why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
         reason = f"torch_npu is installed but did not start ({why})"
-        device = "sim"
-        first = run_smoke(options, device, STEPS,
+        first = run_smoke(options, "sim", STEPS,
                           child_environment(environ, simulate=True, fallback_disable=True))
     reason = reason or first.report.get("simulator_reason")
     runs = [first]
     if "generate" in first.report.get("deferred", []):
+        # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: generate() needs its own.
         device = "npu" if first.report.get("backend", {}).get("kind") == "npu" else "sim"
         runs.append(run_smoke(options, device, ["generate"],
                               child_environment(environ, simulate=device == "sim", fallback_disable=False)))
-    result = judge(runs, strict=options.strict, simulator_reason=reason)
-    result["python"] = options.python
-    result["seconds"] = round(time.monotonic() - started, 2)
-    return result
+    return runs, reason
 
 
 # -- judging -------------------------------------------------------------------------------------
 
+_FIX_INSTALL = "python -m ascend_env install (patches and the startup hook), then verify again"
+_FIX_HOOK = "python -m ascend_env install (or --hook-only), then verify again"
+_FIX_REPORT = "report it, with the output of: python -m ascend_env verify --json"
 
-def _check(name: str, ok: bool, detail: str, fix: Optional[str] = None) -> Dict[str, Any]:
-    return {"name": name, "ok": ok, "detail": detail, "fix": None if ok else fix}
 
-
-def collect_fallbacks(runs: Sequence[Smoke]) -> Dict[str, Dict[str, Any]]:
-    """Every op that fell back in any run: ``{op: {"line", "refused", "count", "steps"}}``.
-
-    ``line``: torch_npu's CAUTION line reached fd 2 (or a Python warning); ``refused``: an error
-    from ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` named it; ``count``: the simulator's count (None on
-    a real device).
-    """
-    found: Dict[str, Dict[str, Any]] = {}
-
-    def entry(op: str) -> Dict[str, Any]:
-        return found.setdefault(op, {"line": False, "refused": False, "count": None, "steps": []})
-
+def collect_fallbacks(runs: Sequence[Smoke]) -> Dict[str, Fallback]:
+    """Every op that fell back in any run, by op name (sorted), with the evidence for it."""
+    found: Dict[str, Fallback] = {}
     for smoke in runs:
         warned = "\n".join(w.get("message", "") for w in smoke.report.get("warnings", []))
         for op in fallback_lines(smoke.stderr + "\n" + warned):
-            entry(op)["line"] = True
+            found.setdefault(op, Fallback()).line = True
         for step, result in smoke.report.get("steps", {}).items():
-            errors = [o.get("error") or "" for o in result.get("overloads", {}).values()]
-            errors.append(result.get("error") or "")
-            for op in refused_ops("\n".join(errors)):
-                item = entry(op)
-                item["refused"] = True
-                item["steps"] = sorted({*item["steps"], step})
-            for op, count in result.get("fallbacks", {}).items():
-                item = entry(op)
-                item["count"] = (item["count"] or 0) + int(count)
-                item["steps"] = sorted({*item["steps"], step})
+            _collect_step(found, step, result)
     return dict(sorted(found.items()))
+
+
+def _collect_step(found: Dict[str, Fallback], step: str, result: Mapping[str, Any]) -> None:
+    """Add the refusals and the simulator's counts that one step's result records."""
+    errors = [o.get("error") or "" for o in result.get("overloads", {}).values()]
+    errors.append(result.get("error") or "")
+    for op in refused_ops("\n".join(errors)):
+        item = found.setdefault(op, Fallback())
+        item.refused = True
+        item.seen_in(step)
+    for op, count in result.get("fallbacks", {}).items():
+        item = found.setdefault(op, Fallback())
+        item.count = (item.count or 0) + int(count)
+        item.seen_in(step)
 
 
 def _silenced_lines(runs: Sequence[Smoke]) -> List[str]:
@@ -236,67 +341,90 @@ def _silenced_lines(runs: Sequence[Smoke]) -> List[str]:
     return list(dict.fromkeys(missing))
 
 
-def _environment_check(runs: Sequence[Smoke]) -> Dict[str, Any]:
+def _environment_check(runs: Sequence[Smoke]) -> Check:
     left = {name: value for smoke in runs for name, value in smoke.report.get("silencers", {}).items()}
     silenced = _silenced_lines(runs)
     if left:
         names = ", ".join(f"{name}={value}" for name, value in sorted(left.items()))
-        return _check(
-            "fallback line", False,
+        return Check.failed(
+            "fallback line",
             f"{names} was still set inside the smoke test's process, so torch_npu's fallback line could "
             "be hidden",
             "find what sets it when that Python starts (a wrapper script, sitecustomize, a .pth file) and "
             "stop it there",
         )
     if silenced:
-        return _check(
-            "fallback line", False,
+        return Check.failed(
+            "fallback line",
             f"the simulator counted fallbacks of {', '.join(silenced)} but no CAUTION line reached fd 2",
             "find what silences torch_npu's warnings in that Python (its start-up, or the C++ log level)",
         )
-    return _check("fallback line", True,
-                  "nothing silences it (RANK=0; " + ", ".join(SILENCERS[1:]) + " unset in the smoke test)")
+    unset = ", ".join(SILENCERS[1:])
+    return Check.passed("fallback line", f"nothing silences it (RANK=0; {unset} unset in the smoke test)")
 
 
-def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Dict[str, Any]]:
+def _process_checks(smoke: Smoke) -> List[Check]:
+    """What went wrong in one smoke test process itself: no report, a crash, torch, the device."""
+    checks = []
+    if not smoke.report:
+        tail = "\n".join(smoke.stderr.strip().splitlines()[-5:]) or "no output"
+        checks.append(Check.failed(
+            "smoke test", f"the smoke test process exited {smoke.returncode} without a report: {tail}",
+            "run it by hand: python -m ascend_env.checks.smoke --report /tmp/report.json",
+        ))
+    elif "error" in smoke.report:
+        error = smoke.report["error"]
+        checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
+    if "torch_error" in smoke.report:
+        checks.append(Check.failed("torch", f"import torch failed: {smoke.report['torch_error']}",
+                                   "reinstall torch in that Python, then check: python -c 'import torch'"))
+    if "device_error" in smoke.report:
+        checks.append(Check.failed("device", f"npu:0 did not start: {smoke.report['device_error']}",
+                                   "check the NPU with npu-smi info, or run verify --simulate"))
+    return checks
+
+
+def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
     """Whether step ``name`` gave the CPU's results on the NPU (None when it did not run)."""
     ran = [smoke for smoke in runs if name in smoke.report.get("steps", {})]
     if not ran:
         return None
     result = ran[-1].report["steps"][name]
-    fix = "python -m ascend_env install (patches and the startup hook), then verify again"
     if name == "isin":
         wrong = [f"{op}: {r['error']}" for op, r in result["overloads"].items() if not r["ok"]]
         if wrong:
-            return _check(name, False, "; ".join(wrong), fix)
-        return _check(name, True, f"all {len(result['overloads'])} overloads (out= included) ran on npu:0 "
+            return Check.failed(name, "; ".join(wrong), _FIX_INSTALL)
+        return Check.passed(name, f"all {len(result['overloads'])} overloads (out= included) ran on npu:0 "
                                   "and match the CPU")
     if not result.get("ok"):
-        return _check(name, False, result.get("error") or "generate() failed", fix)
-    return _check(name, True, "tiny Llama, greedy with 2 eos ids, min_new_tokens and suppress_tokens: "
+        return Check.failed(name, result.get("error") or "generate() failed", _FIX_INSTALL)
+    return Check.passed(name, "tiny Llama, greedy with 2 eos ids, min_new_tokens and suppress_tokens: "
                               "the same tokens on npu:0 as on the CPU")
 
 
-def _isin_fallback_check(fallbacks: Mapping[str, Dict[str, Any]]) -> Dict[str, Any]:
+def _isin_fallback_check(fallbacks: Mapping[str, Fallback]) -> Check:
     """Fails when any isin overload fell back, by any evidence: fd-2 line, refusal or count."""
     isin = {op: item for op, item in fallbacks.items() if is_isin(op)}
     if not isin:
-        return _check("isin fallback", True, "none: no CAUTION line, no refusal, nothing counted")
+        return Check.passed("isin fallback", "none: no CAUTION line, no refusal, nothing counted")
     parts = []
     for op, item in isin.items():
-        evidence = [what for what, seen in (("CAUTION line on fd 2", item["line"]),
-                                             ("refused by " + FALLBACK_DISABLE, item["refused"])) if seen]
-        if item["count"]:
-            evidence.append(f"counted {item['count']} times by the simulator")
-        steps = f" in {', '.join(item['steps'])}" if item["steps"] else ""
-        parts.append(f"{op} fell back to the CPU{steps} ({'; '.join(evidence)})")
-    return _check("isin fallback", False, "; ".join(parts),
-                  "python -m ascend_env install (patches and the startup hook), then verify again")
+        steps = f" in {', '.join(item.steps)}" if item.steps else ""
+        parts.append(f"{op} fell back to the CPU{steps} ({_evidence(item)})")
+    return Check.failed("isin fallback", "; ".join(parts), _FIX_INSTALL)
 
 
-def _patches_check(installation: Mapping[str, Any]) -> Dict[str, Any]:
+def _evidence(item: Fallback) -> str:
+    evidence = [what for what, seen in (("CAUTION line on fd 2", item.line),
+                                         ("refused by " + FALLBACK_DISABLE, item.refused)) if seen]
+    if item.count:
+        evidence.append(f"counted {item.count} times by the simulator")
+    return "; ".join(evidence)
+
+
+def _patches_check(installation: Mapping[str, Any]) -> Check:
     if "error" in installation:
-        return _check("patches", False, installation["error"], installation.get("fix"))
+        return Check.failed("patches", installation["error"], installation.get("fix"))
     patches = installation.get("patches", {})
     status = patches.get("status")
     files = patches.get("files") or {}
@@ -305,52 +433,67 @@ def _patches_check(installation: Mapping[str, Any]) -> Dict[str, Any]:
     where = f"transformers {patches.get('transformers')} in {installation.get('site_packages')}"
     if status in BROKEN_PATCH_STATES:
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
-        return _check("patches", False, detail,
-                      f"python -m ascend_env {'install (re-applies)' if status == 'drifted' else 'status'}; "
-                      f"{patches.get('run') or 'then verify again'}")
+        command = "install (re-applies)" if status == "drifted" else "status"
+        return Check.failed("patches", detail,
+                            f"python -m ascend_env {command}; {patches.get('run') or 'then verify again'}")
     if status == "unknown":
-        return _check("patches", True, f"not checked: {patches.get('error')}")
+        return Check.passed("patches", f"not checked: {patches.get('error')}")
     detail = f"{status}: {where}" + (f" ({patches['detail']})" if patches.get("detail") else "")
     if status == "not applied":
         detail += "; optional where the startup hook registers isin"
-    return _check("patches", True, detail)
+    return Check.passed("patches", detail)
 
 
-def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Dict[str, Any]:
-    from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
-
-    site = installation.get("site_packages", "site-packages")
-    fix_install = "python -m ascend_env install (or --hook-only), then verify again"
-    if "error" not in installation and not installation.get("hook_files"):
-        return _check("hook", False, f"the startup hook is not installed in {site}", fix_install)
-    if installation.get("hook_disabled"):
-        return _check("hook", False, "the startup hook is turned off by ASCEND_ENV_DISABLE",
-                      "unset ASCEND_ENV_DISABLE (or set it to 0)")
-    if "error" not in installation and not installation.get("hook_current"):
-        return _check("hook", False, f"the startup hook's files in {site} differ from this ascend-env's",
-                      fix_install)
-    if "error" not in installation and not installation.get("hook_started"):
-        return _check("hook", False, f"the startup hook's files are in {site}, but it did not run at "
-                      "start-up", f"check that {site} is a site directory of that Python (python -m site)")
+def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Check:
+    failed = _hook_install_check(installation)
+    if failed is not None:
+        return failed
     records = [smoke.report["hook"] for smoke in runs if "hook" in smoke.report]
     if not records:
-        return _check("hook", False, "not checked: the NPU backend did not start", "see the checks above")
+        return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
     registered: List[str] = []
     for record in records:
-        if record.get("errors"):
-            return _check("hook", False, "the startup hook failed: " + "; ".join(record["errors"]),
-                          "report it, with the output of: python -m ascend_env verify --json")
-        if not record.get("events"):
-            return _check("hook", False, "the startup hook ran but never saw the NPU backend start",
-                          "import torch_npu (or enable the simulator) after start-up, as usual")
-        covered = {*record["registered"], *record["native"]}
-        missing = [op for op in ISIN_OVERLOADS if op not in covered]
-        if missing:
-            return _check("hook", False, f"{', '.join(missing)}: neither native nor registered by the hook",
-                          fix_install)
+        failed = _hook_record_check(record)
+        if failed is not None:
+            return failed
         registered = list(record["registered"])
-    return _check("hook", True, "ran at start-up; registered " + (", ".join(registered) or
+    return Check.passed("hook", "ran at start-up; registered " + (", ".join(registered) or
                                                                   "nothing (every isin overload is native)"))
+
+
+def _hook_install_check(installation: Mapping[str, Any]) -> Optional[Check]:
+    """The failed check when the hook is missing, off, stale or did not start; else None."""
+    site = installation.get("site_packages", "site-packages")
+    known = "error" not in installation  # without the installation's state, the files are not judged
+    if known and not installation.get("hook_files"):
+        return Check.failed("hook", f"the startup hook is not installed in {site}", _FIX_HOOK)
+    if installation.get("hook_disabled"):
+        return Check.failed("hook", "the startup hook is turned off by ASCEND_ENV_DISABLE",
+                            "unset ASCEND_ENV_DISABLE (or set it to 0)")
+    if known and not installation.get("hook_current"):
+        return Check.failed("hook", f"the startup hook's files in {site} differ from this ascend-env's",
+                            _FIX_HOOK)
+    if known and not installation.get("hook_started"):
+        return Check.failed("hook", f"the startup hook's files are in {site}, but it did not run at start-up",
+                            f"check that {site} is a site directory of that Python (python -m site)")
+    return None
+
+
+def _hook_record_check(record: Mapping[str, Any]) -> Optional[Check]:
+    """The failed check when one process's hook record shows errors or missing kernels; else None."""
+    from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
+
+    if record.get("errors"):
+        return Check.failed("hook", "the startup hook failed: " + "; ".join(record["errors"]), _FIX_REPORT)
+    if not record.get("events"):
+        return Check.failed("hook", "the startup hook ran but never saw the NPU backend start",
+                            "import torch_npu (or enable the simulator) after start-up, as usual")
+    covered = {*record["registered"], *record["native"]}
+    missing = [op for op in ISIN_OVERLOADS if op not in covered]
+    if missing:
+        return Check.failed("hook", f"{', '.join(missing)}: neither native nor registered by the hook",
+                            _FIX_HOOK)
+    return None
 
 
 LOW_PERFORMANCE_64BIT = "Low Performance OP with 64-bit"
@@ -377,44 +520,58 @@ def _guard_fix(record: Mapping[str, Any]) -> str:
             "kernels are installed)")
 
 
-def _compile_check(runs: Sequence[Smoke]) -> Optional[Dict[str, Any]]:
+def _compile_check(runs: Sequence[Smoke]) -> Optional[Check]:
     """No online compilation during ``generate()``: on a device, JIT compile off and no 64-bit
     line; on the simulator, no would-be online compile in the steady state of its generation."""
     record = next((s.report["compile"] for s in runs if "compile" in s.report), None)
     if record is None:
         return None
+    soc = record.get("soc")
+    said = "on" if record.get("jit_compile") else "off"
+    if "steady_would_compile" in record:
+        return _simulated_compile_check(record)
+    if "unmodelled" in record:
+        return Check.passed("compile mode", f"not modelled ({record['unmodelled']}); JIT compile {said} "
+                            f"on simulated {soc}")
     lines = [line for s in runs for line in s.stderr.splitlines() if LOW_PERFORMANCE_64BIT in line]
+    return _device_compile_check(record, lines)
+
+
+def _simulated_compile_check(record: Mapping[str, Any]) -> Check:
+    """The simulator's model: would-be online compiles in the steady state of ``generate()``."""
+    soc = record.get("soc")
+    said = "on" if record.get("jit_compile") else "off"
+    where = f"simulated {soc}" + (" (assumed: set ASCEND_ENV_SIM_SOC to model another)"
+                                  if record.get("soc_assumed") else "")
+    count = int(record["steady_would_compile"])
+    if count == 0:
+        return Check.passed("compile mode", f"no online compiles in the steady state of generate() on "
+                            f"{where} (JIT compile {said}; modelled, not measured)")
+    ops = ", ".join(list(record.get("steady_would_compile_by_op", {}))[:4])
+    return Check.failed("compile mode",
+                        f"{count} would-be online compiles in the steady state of generate() on {where} "
+                        f"(JIT compile on: each new shape compiles before it runs; {ops})",
+                        _guard_fix(record))
+
+
+def _device_compile_check(record: Mapping[str, Any], lines: Sequence[str]) -> Check:
+    """A real device: JIT compile off, and no 64-bit line (``lines``) from torch_npu."""
     soc = record.get("soc")
     jit = record.get("jit_compile")
-    said = "on" if jit else "off"
-    if "steady_would_compile" in record:
-        where = f"simulated {soc}" + (" (assumed: set ASCEND_ENV_SIM_SOC to model another)"
-                                      if record.get("soc_assumed") else "")
-        count = int(record["steady_would_compile"])
-        if count == 0:
-            return _check("compile mode", True, f"no online compiles in the steady state of generate() on "
-                          f"{where} (JIT compile {said}; modelled, not measured)")
-        ops = ", ".join(list(record.get("steady_would_compile_by_op", {}))[:4])
-        return _check("compile mode", False,
-                      f"{count} would-be online compiles in the steady state of generate() on {where} "
-                      f"(JIT compile on: each new shape compiles before it runs; {ops})", _guard_fix(record))
-    if "unmodelled" in record:
-        return _check("compile mode", True, f"not modelled ({record['unmodelled']}); JIT compile {said} "
-                      f"on simulated {soc}")
     if jit is None:
-        return _check("compile mode", True, f"not checked: torch_npu has no is_jit_compile_false() ({soc})")
+        return Check.passed("compile mode", f"not checked: torch_npu has no is_jit_compile_false() ({soc})")
     if jit or lines:
         detail = f"JIT compile is on on {soc}: generate() compiles ops online" if jit else ""
         if lines:
             detail = (detail + "; " if detail else "") + f"torch_npu printed {lines[0].strip()}"
-        return _check("compile mode", False, detail, _guard_fix(record))
-    return _check("compile mode", True, f"JIT compile off on {soc}: prebuilt op_api kernels, no compiles")
+        return Check.failed("compile mode", detail, _guard_fix(record))
+    return Check.passed("compile mode", f"JIT compile off on {soc}: prebuilt op_api kernels, no compiles")
 
 
 def judge(
     runs: Sequence[Smoke], strict: bool = False, simulator_reason: Optional[str] = None
-) -> Dict[str, Any]:
-    """The verdict on the smoke test's runs: ``{"ok", "checks", "fallbacks", "findings", ...}``.
+) -> VerifyResult:
+    """The verdict on the smoke test's runs.
 
     It fails on any isin fallback, a wrong result, a silenced fallback line, drifted patches, a hook
     that did not run, a broken torch import or a backend that did not start; with ``strict``, on any
@@ -422,88 +579,77 @@ def judge(
     """
     first = runs[0].report
     backend: Dict[str, Any] = next((s.report["backend"] for s in runs if "backend" in s.report), {})
-    result: Dict[str, Any] = {
-        "ok": False, "schema": 1,
-        "device": "npu" if backend.get("kind") == "npu" else "simulator",
-        "device_name": backend.get("name"),
-        "release": backend.get("release"),
-        "simulator_reason": None if backend.get("kind") == "npu" else simulator_reason,
-        "strict": strict,
-        "fallback_disable": bool(first.get("backend", {}).get("fallback_disable")),
-        "processes": len(runs),
-    }
-    checks: List[Dict[str, Any]] = []
-    findings: List[str] = []
-    for smoke in runs:
-        if not smoke.report:
-            tail = "\n".join(smoke.stderr.strip().splitlines()[-5:]) or "no output"
-            checks.append(_check("smoke test", False,
-                                 f"the smoke test process exited {smoke.returncode} without a report: {tail}",
-                                 "run it by hand: python -m ascend_env.checks.smoke "
-                                 "--report /tmp/report.json"))
-        elif "error" in smoke.report:
-            error = smoke.report["error"]
-            checks.append(_check("smoke test", False, f"{error['type']}: {error['problem']}",
-                                 "report it, with the output of: python -m ascend_env verify --json"))
-        if "torch_error" in smoke.report:
-            checks.append(_check("torch", False, f"import torch failed: {smoke.report['torch_error']}",
-                                 "reinstall torch in that Python, then check: python -c 'import torch'"))
-        if "device_error" in smoke.report:
-            checks.append(_check("device", False, f"npu:0 did not start: {smoke.report['device_error']}",
-                                 "check the NPU with npu-smi info, or run verify --simulate"))
+    on_npu = backend.get("kind") == "npu"
     fallbacks = collect_fallbacks(runs)
-    if first:
-        checks.insert(0, _environment_check(runs))
-    for step in STEPS:
-        check = _step_check(step, runs)
-        if check is not None:
-            checks.append(check)
+    others = {op: item for op, item in fallbacks.items() if not is_isin(op)}
+    checks = _checks(runs, fallbacks)
+    if strict and others:
+        checks.append(Check.failed("strict",
+                                   f"{len(others)} op(s) besides isin fell back: {', '.join(others)}",
+                                   "use a torch_npu release with NPU kernels for them, or drop --strict"))
+    return VerifyResult(
+        ok=bool(checks) and all(check.ok for check in checks),
+        device="npu" if on_npu else "simulator", device_name=backend.get("name"),
+        release=backend.get("release"), simulator_reason=None if on_npu else simulator_reason,
+        strict=strict, fallback_disable=bool(first.get("backend", {}).get("fallback_disable")),
+        processes=len(runs), checks=checks, fallbacks=fallbacks,
+        findings=[_finding(op, item) for op, item in others.items()],
+        installation=first.get("installation", {}),
+        hook=next((s.report["hook"] for s in runs if "hook" in s.report), None),
+        warnings=[w for smoke in runs for w in smoke.report.get("warnings", [])],
+    )
+
+
+def _checks(runs: Sequence[Smoke], fallbacks: Mapping[str, Fallback]) -> List[Check]:
+    """Every check but ``strict``, in the report's order."""
+    first = runs[0].report
+    checks = [_environment_check(runs)] if first else []
+    checks += [check for smoke in runs for check in _process_checks(smoke)]
+    checks += [check for check in (_step_check(step, runs) for step in STEPS) if check is not None]
     if any(smoke.report.get("steps") for smoke in runs):
         checks.append(_isin_fallback_check(fallbacks))
     installation = first.get("installation", {})
     if installation:
-        checks.append(_patches_check(installation))
-        checks.append(_hook_check(runs, installation))
+        checks += [_patches_check(installation), _hook_check(runs, installation)]
     compiled = _compile_check(runs)
     if compiled is not None:
         checks.append(compiled)
-    others = {op: item for op, item in fallbacks.items() if not is_isin(op)}
-    for op, item in others.items():
-        times = f", {item['count']} times" if item["count"] else ""
-        findings.append(f"{op} fell back to the CPU ({', '.join(item['steps']) or 'smoke test'}{times})")
-    if strict and others:
-        checks.append(_check("strict", False,
-                             f"{len(others)} op(s) besides isin fell back: {', '.join(others)}",
-                             "use a torch_npu release with NPU kernels for them, or drop --strict"))
-    result.update(
-        ok=bool(checks) and all(check["ok"] for check in checks),
-        checks=checks, fallbacks=fallbacks, findings=findings, installation=installation,
-        hook=next((s.report["hook"] for s in runs if "hook" in s.report), None),
-        warnings=[w for smoke in runs for w in smoke.report.get("warnings", [])],
-    )
-    return result
+    return checks
 
 
-def exit_code(result: Mapping[str, Any]) -> int:
-    """0 when every check passed, else 1."""
-    return 0 if result["ok"] else 1
+def _finding(op: str, item: Fallback) -> str:
+    times = f", {item.count} times" if item.count else ""
+    return f"{op} fell back to the CPU ({', '.join(item.steps) or 'smoke test'}{times})"
 
 
-def format_text(result: Mapping[str, Any]) -> str:
-    """The short human report."""
-    verdict = "passed" if result["ok"] else "FAILED"
-    if result["device"] == "npu":
-        where = f"on npu:0, a real Ascend NPU ({result['device_name']}, torch_npu {result['release']})"
-    else:
-        table = f"torch_npu {result['release']} op table" if result.get("release") else "no op table"
-        where = f"on the simulator, not a real NPU ({table})"
-        if result.get("simulator_reason"):
-            where += f": {result['simulator_reason']}"
-    lines = [f"verify: {verdict} {where}"]
-    for check in result["checks"]:
+def _as_dict(result: Union[VerifyResult, Mapping[str, Any]]) -> Mapping[str, Any]:
+    return result.to_dict() if isinstance(result, VerifyResult) else result
+
+
+def exit_code(result: Union[VerifyResult, Mapping[str, Any]]) -> int:
+    """0 when every check passed, else 1 (``result`` may also be the ``--json`` document)."""
+    return 0 if _as_dict(result)["ok"] else 1
+
+
+def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
+    """The short human report (``result`` may also be the ``--json`` document)."""
+    data = _as_dict(result)
+    verdict = "passed" if data["ok"] else "FAILED"
+    lines = [f"verify: {verdict} {_where(data)}"]
+    for check in data["checks"]:
         lines.append(f"  {'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
         if check.get("fix"):
             lines.append(f"        fix: {check['fix']}")
-    for finding in result["findings"]:
-        lines.append(f"  note  {finding}" + ("" if result["strict"] else " (fails only with --strict)"))
+    for finding in data["findings"]:
+        lines.append(f"  note  {finding}" + ("" if data["strict"] else " (fails only with --strict)"))
     return "\n".join(lines)
+
+
+def _where(data: Mapping[str, Any]) -> str:
+    if data["device"] == "npu":
+        return f"on npu:0, a real Ascend NPU ({data['device_name']}, torch_npu {data['release']})"
+    table = f"torch_npu {data['release']} op table" if data.get("release") else "no op table"
+    where = f"on the simulator, not a real NPU ({table})"
+    if data.get("simulator_reason"):
+        where += f": {data['simulator_reason']}"
+    return where

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from ascend_env.detect.report import CompileMode, Package, Report, detect
+from ascend_env.detect.compat import Verdict
+from ascend_env.detect.report import CompileMode, Isin, Package, Report, detect
 from ascend_env.exceptions import UsageError
 from ascend_env.output import bold, write_json, write_text
 
@@ -72,6 +73,19 @@ def _compile_mode_lines(mode: CompileMode) -> List[str]:
 
 def render(report: Report, heading: Callable[[str], str] = lambda text: text) -> str:
     """The human report, in the style of PyTorch's ``collect_env``."""
+    lines = _environment_lines(report)
+    lines += ["", heading("isin")] + _isin_lines(report.isin)
+    if report.compile_mode is not None:
+        lines += ["", heading("Compile mode")] + _compile_mode_lines(report.compile_mode)
+    lines += ["", heading(f"Compatibility: {report.compat.status}")] + _compat_lines(report.compat)
+    for title, items in (("Problems", report.problems), ("Notes", report.notes)):
+        if items:
+            lines += ["", heading(title)] + [f"  - {item}" for item in items]
+    return "\n".join(lines)
+
+
+def _environment_lines(report: Report) -> List[str]:
+    """Python, the three packages, the CANN toolkit and the driver."""
     lines = [
         f"Python version: {report.python_version} ({report.python_implementation}, {report.machine})",
         f"Python executable: {report.executable}",
@@ -93,17 +107,22 @@ def render(report: Report, heading: Callable[[str], str] = lambda text: text) ->
         lines.append(f"Ascend driver: {driver.version or 'version unknown'} ({driver.path})")
     else:
         lines.append("Ascend driver: not found")
-    isin = report.isin
-    lines += ["", heading("isin")]
+    return lines
+
+
+def _isin_lines(isin: Isin) -> List[str]:
+    lines = []
     if isin.native or isin.missing:
         lines.append("  native on the NPU: " + (", ".join(isin.native) or "none"))
         lines.append("  missing: " + (", ".join(isin.missing) or "none"))
     lines.append(f"  falls back to the CPU: {_yes_no(isin.falls_back)} - {isin.reason}")
     lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)}")
-    if report.compile_mode is not None:
-        lines += ["", heading("Compile mode")] + _compile_mode_lines(report.compile_mode)
-    verdict = report.compat
-    lines += ["", heading(f"Compatibility: {verdict.status}")]
+    return lines
+
+
+def _compat_lines(verdict: Verdict) -> List[str]:
+    """The matching table row, if any, then one line per check."""
+    lines = []
     if verdict.row is not None:
         row = verdict.row
         cann = ", ".join(row.cann) if row.cann else "unknown"
@@ -113,10 +132,4 @@ def render(report: Report, heading: Callable[[str], str] = lambda text: text) ->
         )
     marks = {"ok": "ok", "unknown": "??", "mismatch": "XX"}
     lines += [f"  [{marks[c.status]}] {c.name}: {c.reason}" for c in verdict.checks]
-    if report.problems:
-        lines += ["", heading("Problems")]
-        lines += [f"  - {item}" for item in report.problems]
-    if report.notes:
-        lines += ["", heading("Notes")]
-        lines += [f"  - {item}" for item in report.notes]
-    return "\n".join(lines)
+    return lines

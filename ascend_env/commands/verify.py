@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
                              strict=args.strict)
     result = verify.verify(options)
     if args.json:
-        write_json(result)
+        write_json(result.to_dict())
     else:
         write_text(verify.format_text(result))
     return verify.exit_code(result)

@@ -274,7 +274,6 @@ def detect(
     environ = os.environ if environ is None else environ
     machine = machine or platform.machine()
     version_info = tuple(python_version or sys.version_info[:3])
-    notes: List[str] = []
     torch = read_package("torch", "torch", paths)
     torch_npu = read_package("torch_npu", "torch_npu", paths)
     transformers = read_package("transformers", "transformers", paths)
@@ -282,32 +281,8 @@ def detect(
     driver = driver_mod.find_driver(install_info, driver_prefix)
     isin = read_isin(torch_npu)
     compile_mode = read_compile_mode(environ, toolkit, npu_smi)
-    if compile_mode.note():
-        notes.append(str(compile_mode.note()))
-    try:
-        table = compat.load() if table is None else table
-        verdict = compat.verdict(
-            table,
-            torch_npu.version,
-            torch.version,
-            toolkit.version if toolkit.found else None,
-            compat.python_line(version_info),
-            torch_npu.requires_torch,
-        )
-    except AscendEnvError as exc:
-        verdict = compat.Verdict()
-        verdict.add("table", compat.UNKNOWN, exc.problem)
-    if torch_npu.installed and not toolkit.found:
-        notes.append(
-            "without CANN, 'import torch' fails once torch_npu >= 2.5.1 is installed (it loads "
-            "itself as a torch backend); set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to import torch anyway."
-        )
-    if toolkit.found and toolkit.origin.startswith("default path") and not environ.get("ASCEND_HOME_PATH"):
-        script = cann_mod.set_env_script(toolkit.root) if toolkit.root else None
-        notes.append(
-            f"ASCEND_HOME_PATH is not set: run 'source {script or '<CANN root>/set_env.sh'}' "
-            "before using torch_npu."
-        )
+    verdict = _compat_verdict(table, torch, torch_npu, toolkit, version_info)
+    notes = _notes(environ, torch_npu, toolkit, compile_mode)
     return Report(
         python_version=".".join(str(n) for n in version_info),
         python_implementation=platform.python_implementation(),
@@ -325,3 +300,47 @@ def detect(
         compile_mode=compile_mode,
         notes=notes + list(verdict.notes),
     )
+
+
+def _compat_verdict(
+    table: Optional[compat.Table],
+    torch: Package,
+    torch_npu: Package,
+    toolkit: cann_mod.Toolkit,
+    version_info: Sequence[int],
+) -> compat.Verdict:
+    """The compatibility table's verdict on these versions; ``unknown`` when the table cannot be read."""
+    try:
+        table = compat.load() if table is None else table
+        return compat.verdict(
+            table,
+            torch_npu.version,
+            torch.version,
+            toolkit.version if toolkit.found else None,
+            compat.python_line(version_info),
+            torch_npu.requires_torch,
+        )
+    except AscendEnvError as exc:
+        verdict = compat.Verdict()
+        verdict.add("table", compat.UNKNOWN, exc.problem)
+        return verdict
+
+
+def _notes(
+    environ: Mapping[str, str], torch_npu: Package, toolkit: cann_mod.Toolkit, compile_mode: CompileMode
+) -> List[str]:
+    """What to do about what was found, before the compatibility table's own notes."""
+    note = compile_mode.note()
+    notes: List[str] = [] if note is None else [note]
+    if torch_npu.installed and not toolkit.found:
+        notes.append(
+            "without CANN, 'import torch' fails once torch_npu >= 2.5.1 is installed (it loads "
+            "itself as a torch backend); set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to import torch anyway."
+        )
+    if toolkit.found and toolkit.origin.startswith("default path") and not environ.get("ASCEND_HOME_PATH"):
+        script = cann_mod.set_env_script(toolkit.root) if toolkit.root else None
+        notes.append(
+            f"ASCEND_HOME_PATH is not set: run 'source {script or '<CANN root>/set_env.sh'}' "
+            "before using torch_npu."
+        )
+    return notes

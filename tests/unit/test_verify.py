@@ -122,7 +122,7 @@ def good_report(**changes: Any) -> Dict[str, Any]:
 
 def judged(report: Dict[str, Any], stderr: str = "", strict: bool = False, *more: Smoke) -> Dict[str, Any]:
     runs = [Smoke("sim", list(smoke.STEPS), report, stderr), *more]
-    return verify.judge(runs, strict, "--simulate was given")
+    return verify.judge(runs, strict, "--simulate was given").to_dict()
 
 
 def failed(result: Dict[str, Any]) -> Dict[str, str]:
@@ -257,7 +257,7 @@ def test_broken_torch_and_missing_report_fail():
     broken = judged({"silencers": {}, "installation": good_report()["installation"], "steps": {},
                      "torch_error": "ImportError: no torch", "warnings": []})
     assert set(failed(broken)) == {"torch", "hook"}
-    crashed = verify.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)])
+    crashed = verify.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)]).to_dict()
     assert "exited -11 without a report" in failed(crashed)["smoke test"]
 
 
@@ -271,6 +271,33 @@ def test_a_second_process_is_judged_with_the_first():
     result = judged(first, "", False, Smoke("npu", ["generate"], second, line))
     assert result["processes"] == 2 and result["fallback_disable"] is True
     assert list(failed(result)) == ["isin fallback"]
+
+
+def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_document():
+    report = good_report()
+    report["steps"]["generate"]["fallbacks"] = {ISIN_OUT: 2, "aten::foo": 1}
+    result = verify.judge([Smoke("sim", list(smoke.STEPS), report, CAUTION.format(op=ISIN_OUT))])
+    assert isinstance(result.checks[0], verify.Check) and result.device == "simulator"
+    assert result.fallbacks[ISIN_OUT] == verify.Fallback(line=True, count=2, steps=["generate"])
+    data = result.to_dict()
+    assert list(data) == ["ok", "schema", "device", "device_name", "release", "simulator_reason", "strict",
+                          "fallback_disable", "processes", "checks", "fallbacks", "findings",
+                          "installation", "hook", "warnings"]
+    assert data["fallbacks"]["aten::foo"] == {"line": False, "refused": False, "count": 1,
+                                              "steps": ["generate"]}
+    assert json.loads(json.dumps(data)) == data
+    # The text report and the exit code read the same from the result and from its JSON document.
+    assert verify.format_text(result) == verify.format_text(data)
+    assert verify.exit_code(result) == verify.exit_code(data) == 1
+    result.python, result.seconds = "/usr/bin/python3", 1.25
+    assert list(result.to_dict())[-2:] == ["python", "seconds"]
+
+
+def test_a_check_that_passed_has_no_fix():
+    assert verify.Check("hook", True, "fine", "ignored").to_dict() == {
+        "name": "hook", "ok": True, "detail": "fine", "fix": None}
+    assert verify.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
+    assert verify.Check.passed("hook", "fine").fix is None
 
 
 # -- the command, end to end, with a torch that cannot be imported ---------------------------------
