@@ -631,6 +631,7 @@ def install(
 
 
 def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry_run: bool) -> InstallReport:
+    """:func:`install`'s typed report; ``replan`` plans from what is on disk at the call."""
     plan = _settled(replan)
     if dry_run:
         if plan.report.result == "applied":
@@ -816,6 +817,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> Dict[str, Any]:
 
 
 def _restore(site_packages: Path, dry_run: bool) -> RestoreReport:
+    """:func:`restore`'s typed report."""
     plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
         if plan.report.result == "restored":
@@ -902,6 +904,7 @@ def status(
 
 
 def _status(site_packages: Path, directory: Optional[Path], search_sys_path: bool) -> StatusReport:
+    """:func:`status`'s typed report."""
     journal = read_journal(site_packages)
     state = read_state(site_packages)
     where = str(site_packages)
