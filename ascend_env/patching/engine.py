@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optional, Tuple, TypeVar, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
@@ -42,14 +43,21 @@ from ascend_env.patching.store import (
     read_file,
     read_journal,
     read_state,
+    remove_directory,
     state_dir,
     unchecked_stale_bytecode,
 )
 
 __all__ = [
     "PATCH_MODES",
+    "FileState",
     "FileStatus",
+    "InstallReport",
     "Inspection",
+    "RestoreReport",
+    "RestoredFile",
+    "StatusReport",
+    "StatusVerdict",
     "default_site_packages",
     "inspect",
     "install",
@@ -167,6 +175,8 @@ def startup_hook_files(site_packages: Path, compile_guard: bool = True) -> Dict[
 
 # -- classification ------------------------------------------------------------------------------
 
+FileState = Literal["clean", "applied", "conflict"]
+
 
 @dataclass
 class FileStatus:
@@ -174,13 +184,13 @@ class FileStatus:
 
     path: str
     patch: str
-    status: str  # "clean", "applied" or "conflict"
+    status: FileState
     detail: str = ""
     current: Optional[bytes] = None
     new: Optional[bytes] = None
     error: Optional[AscendEnvError] = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Dict[str, Any]:
         data = {"path": self.path, "patch": self.patch, "status": self.status}
         if self.detail:
             data["detail"] = self.detail
@@ -217,55 +227,73 @@ def _load_patch(directory: Path, manifest: Manifest, patch_id: str, target: str)
     return patch
 
 
-def _classify(
-    site_packages: Path, dist: Distribution, target: str, patch: FilePatch, before: str, after: str
-) -> FileStatus:
+def _check_target(site_packages: Path, dist: Distribution, target: str, patch: FilePatch) -> None:
+    """Refuse a patch whose target is not a file of ``dist`` inside ``site_packages``."""
     if target not in dist.record or not _inside(site_packages, target):
         raise PatchError(
             f"patch {patch.id} targets {target}, which is not a file of {dist.name} {dist.version} "
             f"(not in {dist.record_path}, or outside {site_packages}).",
             "a patch may only change files listed in the distribution's RECORD; reinstall ascend-env.",
         )
-    status = FileStatus(target, patch.id, "conflict")
-    try:
-        status.current = (site_packages / target).read_bytes()
-    except OSError as exc:
-        status.detail = f"cannot be read ({exc.strerror})"
-        status.error = EnvironmentProblem(
-            f"{target}: {status.detail}.",
-            f"reinstall transformers: {reinstall('transformers', dist.version)}.",
+
+
+def _patched(patch: FilePatch, target: str, current: bytes, after: str) -> bytes:
+    """``current`` patched, checked against the manifest's hash of the result."""
+    new = apply_patch(patch, current)
+    if sha256_hex(new) != after:
+        raise PatchError(
+            f"patch {patch.id} turns {target} into bytes whose sha256 differs from the manifest's.",
+            "reinstall ascend-env, or regenerate the manifest with tools/check_patches.py.",
         )
-        return status
-    digest = sha256_hex(status.current)
-    if digest == before:
-        status.new = apply_patch(patch, status.current)
-        if sha256_hex(status.new) != after:
-            raise PatchError(
-                f"patch {patch.id} turns {target} into bytes whose sha256 differs from the manifest's.",
-                "reinstall ascend-env, or regenerate the manifest with tools/check_patches.py.",
-            )
-        status.status = "clean"
-        return status
-    if digest == after:
-        status.status = "applied"
-        return status
+    return new
+
+
+def _classify(
+    site_packages: Path, dist: Distribution, target: str, patch: FilePatch, before: str, after: str
+) -> FileStatus:
+    """``target`` by its hash: ``before`` is clean, ``after`` applied; anything else by its hunks."""
+    _check_target(site_packages, dist, target, patch)
     try:
-        apply_patch(patch, status.current, reverse=True)
+        current = (site_packages / target).read_bytes()
+    except OSError as exc:
+        detail = f"cannot be read ({exc.strerror})"
+        error = EnvironmentProblem(
+            f"{target}: {detail}.", f"reinstall transformers: {reinstall('transformers', dist.version)}."
+        )
+        return FileStatus(target, patch.id, "conflict", detail, error=error)
+    digest = sha256_hex(current)
+    if digest == before:
+        new = _patched(patch, target, current, after)
+        return FileStatus(target, patch.id, "clean", current=current, new=new)
+    if digest == after:
+        return FileStatus(target, patch.id, "applied", current=current)
+    return _classify_edited(dist, target, patch, current, before)
+
+
+def _classify_edited(
+    dist: Distribution, target: str, patch: FilePatch, current: bytes, before: str
+) -> FileStatus:
+    """A file that is neither the wheel's nor the patched one: applied if the patch reverses on
+    it (the rest of the file was edited), else a conflict."""
+    status = FileStatus(target, patch.id, "conflict", current=current)
+    try:
+        apply_patch(patch, current, reverse=True)
     except HunkMismatch:
         pass
     else:
         status.status, status.detail = "applied", "patched, but the rest of the file differs from the wheel"
         return status
     try:
-        apply_patch(patch, status.current)
+        apply_patch(patch, current)
     except HunkMismatch as exc:
         status.detail, status.error = "neither the original nor the patched text", exc
-    else:
-        status.detail = "differs from the wheel's file (sha256 " + digest + ")"
-        status.error = EnvironmentProblem(
-            f"{target} differs from transformers {dist.version}'s file (sha256 {digest}, expected {before}).",
-            f"reinstall it: {reinstall('transformers', dist.version)}.",
-        )
+        return status
+    digest = sha256_hex(current)
+    status.detail = "differs from the wheel's file (sha256 " + digest + ")"
+    status.error = EnvironmentProblem(
+        f"{target} differs from transformers {dist.version}'s file (sha256 {digest}, expected {before}).",
+        f"reinstall it: {reinstall('transformers', dist.version)}.",
+    )
     return status
 
 
@@ -319,19 +347,36 @@ def _refuse_conflicts(files: List[FileStatus]) -> None:
     )
 
 
-# -- install ---------------------------------------------------------------------------------------
+# -- plans -----------------------------------------------------------------------------------------
+
+_Report = TypeVar("_Report")
+_T = TypeVar("_T")
+
+
+def _digest(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else sha256_hex(data)
 
 
 @dataclass
-class Plan:
+class Plan(Generic[_Report]):
+    """The writes of one run, computed in memory, and the report it gives."""
+
     site_packages: Path
+    report: _Report
     changes: List[Change] = field(default_factory=list)
     blobs: Dict[str, bytes] = field(default_factory=dict)
     state: Optional[State] = None
-    report: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, path: str, current: Optional[bytes], new: Optional[bytes]) -> None:
+        """Set ``path`` from ``current`` to ``new`` (None: absent); the journal keeps both."""
+        before, after = _digest(current), _digest(new)
+        self.changes.append(Change(path, before, after))
+        for digest, data in ((after, new), (before, current)):
+            if digest is not None and data is not None:
+                self.blobs[digest] = data
 
 
-def _settled(plan: Callable[[], Plan]) -> Plan:
+def _settled(plan: Callable[[], _T]) -> _T:
     """``plan()`` outside the lock, tried once more if it fails.
 
     A run holding the lock may change what the plan reads while it reads it (a finishing
@@ -345,6 +390,50 @@ def _settled(plan: Callable[[], Plan]) -> Plan:
 
 def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _recovered(action: Optional[str]) -> Optional[str]:
+    return f"finished an interrupted {action}" if action else None
+
+
+# -- install ---------------------------------------------------------------------------------------
+
+InstallResult = Literal["applied", "would apply", "already applied", "nothing to do"]
+EntryKind = Literal["patch", "record", "extra"]
+
+
+@dataclass
+class InstallReport:
+    """What ``install`` did or would do; :meth:`to_dict` is its ``--json`` form."""
+
+    site_packages: str
+    transformers: Optional[str]
+    patches: str
+    reason: str
+    files: List[FileStatus] = field(default_factory=list)
+    result: InstallResult = "nothing to do"
+    changed: List[str] = field(default_factory=list)
+    dry_run: bool = False
+    bytecode_dropped: List[str] = field(default_factory=list)
+    recovered: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {
+            "site_packages": self.site_packages,
+            "transformers": self.transformers,
+            "patches": self.patches,
+            "reason": self.reason,
+            "files": [f.to_dict() for f in self.files],
+            "result": self.result,
+            "changed": list(self.changed),
+        }
+        if self.dry_run:
+            data["dry_run"] = True
+        if self.bytecode_dropped:
+            data["bytecode_dropped"] = list(self.bytecode_dropped)
+        if self.recovered:
+            data["recovered"] = self.recovered
+        return data
 
 
 def _decide(site_packages: Path, patches: str, search_sys_path: bool) -> Tuple[bool, str]:
@@ -364,6 +453,132 @@ def _decide(site_packages: Path, patches: str, search_sys_path: bool) -> Tuple[b
     return False, "torch_npu has a native NPU isin: nothing to patch (--patches always patches anyway)"
 
 
+def _inspect_for_install(site_packages: Path, patches: str, directory: Path) -> Inspection:
+    if patches == "never" and find_distribution(site_packages, DISTRIBUTION) is None:
+        # The hook alone needs no transformers: it serves whatever calls isin.
+        return Inspection(None, NothingToDo("", "transformers is not installed"))
+    return inspect(site_packages, None, directory)
+
+
+def _release_reason(inspection: Inspection, directory: Path) -> Optional[str]:
+    """Refuse a release the manifest does not know; why a known one needs no patch, if it does not."""
+    outcome, dist = inspection.outcome, inspection.distribution
+    # Only a hook-only plan (--patches never, no transformers) has no distribution.
+    if isinstance(outcome, UnknownRelease):
+        assert dist is not None
+        raise _unknown(dist, directory)
+    if isinstance(outcome, NothingToDo):
+        assert dist is not None
+        return f"transformers {dist.version} needs no patch: {outcome.why}"
+    return None
+
+
+def _kept_entries(old: Optional[State], version: Optional[str]) -> Dict[str, Entry]:
+    """The entries of the last install that still describe this site-packages."""
+    if old is None:
+        return {}
+    entries = {e.path: e for e in old.entries}
+    if old.version != (version or ""):
+        # transformers was replaced: entries of the old release's files no longer apply.
+        return {p: e for p, e in entries.items() if e.kind == "extra"}
+    return entries
+
+
+def _original(previous: Optional[Entry], before: Optional[str]) -> Optional[str]:
+    """What restore puts back: what was there before ascend-env first wrote the file (nothing,
+    for the hook's files), not bytes someone edited into it since; but a file that another
+    installer replaced since (pip rewrote ascend-env's RECORD) has the new bytes as its original."""
+    if previous is None or (previous.before is not None and before != previous.after):
+        return before
+    return previous.before
+
+
+def _extra_file(site_packages: Path, name: str) -> Path:
+    """The path of an extra file, refused where it is not a plain name inside ``site_packages``."""
+    file_path = site_packages / name
+    cache = file_path.parent.name == "__pycache__" and file_path.parent.parent == site_packages
+    if not _inside(site_packages, name) or not (file_path.parent.is_dir() or cache):
+        raise UsageError(
+            f"extra file {name!r} is not a plain file name inside {site_packages} "
+            "(a symbolic link, or a path that leaves it).",
+            f"remove {file_path} if it is a link, then run the command again.",
+        )
+    return file_path
+
+
+class _InstallPlanner:
+    """Builds an install plan: its writes, and the state entries the run leaves."""
+
+    def __init__(self, plan: Plan[InstallReport], old: Dict[str, Entry]) -> None:
+        self.plan = plan
+        self.site_packages = plan.site_packages
+        self.old = old
+        self.entries: Dict[str, Entry] = {}
+
+    def add(
+        self, path: str, kind: EntryKind, current: Optional[bytes], new: bytes, patch: Optional[str] = None
+    ) -> None:
+        before, after = _digest(current), sha256_hex(new)
+        previous = self.old.get(path)
+        if before != after:
+            self.plan.write(path, current, new)
+            self.entries[path] = Entry(path, kind, _original(previous, before), after, patch)
+        elif previous is not None:
+            self.entries[path] = Entry(path, kind, previous.before, after, patch)
+        elif kind == "extra":
+            self.entries[path] = Entry(path, kind, None, after, patch)
+
+    def patch_files(self, files: List[FileStatus], dist: Optional[Distribution]) -> None:
+        """The clean files patched, the recorded ones kept, and RECORD given their hashes."""
+        final: Dict[str, bytes] = {}
+        for status in files:
+            if status.status == "clean":
+                assert status.current is not None and status.new is not None
+                self.add(status.path, "patch", status.current, status.new, status.patch)
+                final[status.path] = status.new
+            elif status.path in self.old and status.current is not None:
+                self.add(status.path, "patch", status.current, status.current, status.patch)
+                final[status.path] = status.current
+        if final:
+            assert dist is not None  # the files patched belong to it
+            self._amend_record(dist, final)
+
+    def _amend_record(self, dist: Distribution, final: Mapping[str, bytes]) -> None:
+        path = dist.record_path
+        current = (self.site_packages / path).read_bytes()
+        self.add(path, "record", current, rewrite_record(current, final))
+        previous = self.old.get(path)
+        if previous is not None and sha256_hex(current) == previous.after:
+            self.entries[path] = Entry(path, "record", previous.before, self.entries[path].after)
+
+    def add_extra_files(self, extra_files: Mapping[str, bytes]) -> None:
+        for name, data in sorted(extra_files.items()):
+            self.add(name, "extra", read_file(_extra_file(self.site_packages, name)), data)
+
+    def keep_unclaimed(self) -> None:
+        for path, entry in self.old.items():
+            # An entry that no file of this run claims is kept, unless it is a file ascend-env
+            # amended (its own RECORD) that another installer has replaced since: pip owns it now.
+            replaced = entry.before is not None and file_sha256(self.site_packages / path) != entry.after
+            if path not in self.entries and not (entry.kind == "extra" and replaced):
+                self.entries[path] = entry
+
+    def finish(self, dist: Optional[Distribution], wanted: bool, files: List[FileStatus]) -> None:
+        """The state to leave and the result, from what the plan writes."""
+        plan, report = self.plan, self.plan.report
+        if plan.changes:
+            name = dist.name if dist is not None else DISTRIBUTION
+            entries = tuple(self.entries.values())
+            plan.state = State(__version__, _now(), name, report.transformers or "", entries)
+            report.result = "applied"
+        elif self.entries:
+            report.result = "already applied"
+        elif wanted and files and all(f.status == "applied" for f in files):
+            report.result = "already applied"
+            report.reason = "the files were patched before (e.g. a +ascend wheel); nothing recorded"
+        report.changed = [c.path for c in plan.changes]
+
+
 def plan_install(
     site_packages: Path,
     *,
@@ -371,117 +586,27 @@ def plan_install(
     directory: Optional[Path] = None,
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
-) -> Plan:
+) -> Plan[InstallReport]:
     """Everything ``install`` would write, computed in memory; raises on any refusal."""
     if patches not in PATCH_MODES:
         raise UsageError(f"--patches {patches}: not one of {', '.join(PATCH_MODES)}.")
-    plan = Plan(site_packages)
     wanted, reason = _decide(site_packages, patches, search_sys_path)
     old = read_state(site_packages)
     directory = patches_dir() if directory is None else directory
-    if patches == "never" and find_distribution(site_packages, DISTRIBUTION) is None:
-        # The hook alone needs no transformers: it serves whatever calls isin.
-        inspection = Inspection(None, NothingToDo("", "transformers is not installed"))
-    else:
-        inspection = inspect(site_packages, None, directory)
+    inspection = _inspect_for_install(site_packages, patches, directory)
     dist = inspection.distribution
     version = dist.version if dist is not None else None
-    plan.report.update(
-        site_packages=str(site_packages),
-        transformers=version,
-        patches=patches,
-        reason=reason,
-    )
-    old_entries: Dict[str, Entry] = {e.path: e for e in old.entries} if old else {}
-    if old is not None and old.version != (version or ""):
-        # transformers was replaced: entries of the old release's files no longer apply.
-        old_entries = {p: e for p, e in old_entries.items() if e.kind == "extra"}
-    entries: Dict[str, Entry] = {}
-
-    def add(path: str, kind: str, current: Optional[bytes], new: bytes, patch: Optional[str] = None) -> None:
-        before = None if current is None else sha256_hex(current)
-        after = sha256_hex(new)
-        previous = old_entries.get(path)
-        if before != after:
-            plan.changes.append(Change(path, before, after))
-            plan.blobs[after] = new
-            if current is not None:
-                assert before is not None  # the digest of current
-                plan.blobs[before] = current
-            # What restore puts back: what was there before ascend-env first wrote the file
-            # (nothing, for the hook's files), not bytes someone edited into it since; but a file
-            # that another installer replaced since (pip rewrote ascend-env's RECORD) has the new
-            # bytes as its original.
-            if previous is None or (previous.before is not None and before != previous.after):
-                original = before
-            else:
-                original = previous.before
-            entries[path] = Entry(path, kind, original, after, patch)
-        elif previous is not None:
-            entries[path] = Entry(path, kind, previous.before, after, patch)
-        elif kind == "extra":
-            entries[path] = Entry(path, kind, None, after, patch)
-
-    outcome = inspection.outcome
-    files: List[FileStatus] = inspection.files if wanted else []
-    # Only a hook-only plan (--patches never, no transformers) has no distribution.
-    if wanted and isinstance(outcome, UnknownRelease):
-        assert dist is not None
-        raise _unknown(dist, directory)
-    if wanted and isinstance(outcome, NothingToDo):
-        assert dist is not None
-        plan.report["reason"] = f"transformers {dist.version} needs no patch: {outcome.why}"
+    report = InstallReport(str(site_packages), version, patches, reason, inspection.files)
+    planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version))
+    files = inspection.files if wanted else []
+    if wanted:
+        report.reason = _release_reason(inspection, directory) or report.reason
     _refuse_conflicts(files)
-    final: Dict[str, bytes] = {}
-    for status in files:
-        if status.status == "clean":
-            assert status.current is not None and status.new is not None
-            add(status.path, "patch", status.current, status.new, status.patch)
-            final[status.path] = status.new
-        elif status.path in old_entries and status.current is not None:
-            add(status.path, "patch", status.current, status.current, status.patch)
-            final[status.path] = status.current
-    if final:
-        assert dist is not None  # the files patched belong to it
-        record_file = site_packages / dist.record_path
-        current_record = record_file.read_bytes()
-        add(dist.record_path, "record", current_record, rewrite_record(current_record, final))
-        previous = old_entries.get(dist.record_path)
-        if previous is not None and sha256_hex(current_record) == previous.after:
-            entries[dist.record_path] = Entry(
-                dist.record_path, "record", previous.before, entries[dist.record_path].after
-            )
-    for name, data in sorted((extra_files or {}).items()):
-        file_path = site_packages / name
-        cache = file_path.parent.name == "__pycache__" and file_path.parent.parent == site_packages
-        if not _inside(site_packages, name) or not (file_path.parent.is_dir() or cache):
-            raise UsageError(
-                f"extra file {name!r} is not a plain file name inside {site_packages} "
-                "(a symbolic link, or a path that leaves it).",
-                f"remove {file_path} if it is a link, then run the command again.",
-            )
-        current = read_file(file_path)
-        add(name, "extra", current, data)
-    for path, entry in old_entries.items():
-        # An entry that no file of this run claims is kept, unless it is a file ascend-env amended
-        # (its own RECORD) that another installer has replaced since: pip owns it now.
-        replaced = entry.before is not None and file_sha256(site_packages / path) != entry.after
-        if path not in entries and not (entry.kind == "extra" and replaced):
-            entries[path] = entry
-    plan.report["files"] = [f.to_dict() for f in inspection.files]
-    if plan.changes:
-        name = dist.name if dist is not None else DISTRIBUTION
-        plan.state = State(__version__, _now(), name, version or "", tuple(entries.values()))
-        plan.report["result"] = "applied"
-    elif entries:
-        plan.report["result"] = "already applied"
-    elif wanted and files and all(f.status == "applied" for f in files):
-        plan.report["result"] = "already applied"
-        plan.report["reason"] = "the files were patched before (e.g. a +ascend wheel); nothing recorded"
-    else:
-        plan.report["result"] = "nothing to do"
-    plan.report["changed"] = [c.path for c in plan.changes]
-    return plan
+    planner.patch_files(files, dist)
+    planner.add_extra_files(extra_files or {})
+    planner.keep_unclaimed()
+    planner.finish(dist, wanted, files)
+    return planner.plan
 
 
 def install(
@@ -492,33 +617,38 @@ def install(
     directory: Optional[Path] = None,
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
-) -> dict[str, Any]:
+) -> Dict[str, Any]:
     """Patch transformers in ``site_packages`` (see :func:`plan_install`); returns the report."""
-    kwargs: Dict[str, Any] = dict(
-        patches=patches, directory=directory, extra_files=extra_files, search_sys_path=search_sys_path
+    replan = partial(
+        plan_install,
+        site_packages,
+        patches=patches,
+        directory=directory,
+        extra_files=extra_files,
+        search_sys_path=search_sys_path,
     )
-    plan = _settled(lambda: plan_install(site_packages, **kwargs))
+    return _install(site_packages, replan, dry_run).to_dict()
+
+
+def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry_run: bool) -> InstallReport:
+    """:func:`install`'s typed report; ``replan`` plans from what is on disk at the call."""
+    plan = _settled(replan)
     if dry_run:
-        if plan.report["result"] == "applied":
-            plan.report["result"] = "would apply"
-        plan.report["dry_run"] = True
+        if plan.report.result == "applied":
+            plan.report.result = "would apply"
+        plan.report.dry_run = True
         return plan.report
     if not plan.changes and not needs_recovery(site_packages):
-        dropped = _drop_stale_bytecode(site_packages)
-        if dropped:
-            plan.report["bytecode_dropped"] = dropped
+        plan.report.bytecode_dropped = _drop_stale_bytecode(site_packages)
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:
-        plan = plan_install(site_packages, **kwargs)  # again: another run may have changed things
+        plan = replan()  # again: another run may have changed things
         if plan.changes:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
         elif read_state(site_packages) is None:
-            from ascend_env.patching.store import remove_directory
-
             remove_directory(site_packages)
-    if recovered:
-        plan.report["recovered"] = f"finished an interrupted {recovered}"
+    plan.report.recovered = _recovered(recovered)
     return plan.report
 
 
@@ -538,107 +668,163 @@ def _drop_stale_bytecode(site_packages: Path) -> List[str]:
 
 # -- restore ----------------------------------------------------------------------------------------
 
+RestoreResult = Literal["restored", "would restore", "nothing to restore"]
+RestoreAction = Literal[
+    "original",
+    "restore",
+    "rewritten",
+    "removed (edited since install)",
+    "skipped",
+    "skipped: belongs to a transformers release that was replaced",
+    "left alone: replaced by another installer since install",
+    "conflict",
+]
 
-def plan_restore(site_packages: Path) -> Plan:
-    """The writes that put back every recorded original; raises on files changed by others."""
-    plan = Plan(site_packages)
-    state = read_state(site_packages)
-    plan.report.update(site_packages=str(site_packages), files=[])
-    if state is None:
-        plan.report["result"] = "nothing to restore"
-        return plan
-    dist = find_distribution(site_packages, state.distribution)
-    same_release = dist is not None and dist.version == state.version
-    originals: Dict[str, bytes] = {}
-    conflicts = []
-    skipped = []
-    record_entries = []
-    for entry in state.entries:
-        current_path = site_packages / entry.path
-        current = read_file(current_path)
-        digest = None if current is None else sha256_hex(current)
-        if entry.kind == "record":
-            record_entries.append((entry, current, digest))
-            continue
+
+@dataclass(frozen=True)
+class RestoredFile:
+    """What restore does with one recorded file."""
+
+    path: str
+    kind: str
+    action: RestoreAction
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "action": self.action}
+
+
+@dataclass
+class RestoreReport:
+    """What ``restore`` did or would do; :meth:`to_dict` is its ``--json`` form."""
+
+    site_packages: str
+    files: List[RestoredFile] = field(default_factory=list)
+    result: RestoreResult = "restored"
+    dry_run: bool = False
+    recovered: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {
+            "site_packages": self.site_packages,
+            "files": [f.to_dict() for f in self.files],
+            "result": self.result,
+        }
+        if self.dry_run:
+            data["dry_run"] = True
+        if self.recovered:
+            data["recovered"] = self.recovered
+        return data
+
+
+class _RestorePlanner:
+    """Builds a restore plan, one recorded file at a time."""
+
+    def __init__(self, plan: Plan[RestoreReport], same_release: bool) -> None:
+        self.plan = plan
+        self.same_release = same_release  # the recorded transformers release is still installed
+        self.originals: Dict[str, bytes] = {}  # the patched files' restored bytes, for RECORD
+        self.conflicts: List[str] = []
+
+    def file(self, entry: Entry, current: Optional[bytes]) -> None:
+        action = self._file_action(entry, current)
+        self.plan.report.files.append(RestoredFile(entry.path, entry.kind, action))
+
+    def record(self, entry: Entry, current: Optional[bytes]) -> None:
+        action = self._record_action(entry, current)
+        self.plan.report.files.append(RestoredFile(entry.path, entry.kind, action))
+
+    def _file_action(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
+        digest = _digest(current)
         if digest == entry.before:
-            action = "original"
-        elif digest == entry.after:
-            action = "restore"
-            original = None if entry.before is None else read_blob(site_packages, entry.before)
-            plan.changes.append(Change(entry.path, digest, entry.before))
-            if original is not None:
-                assert entry.before is not None  # original was read from its blob
-                plan.blobs[entry.before] = original
-                if entry.kind == "patch":
-                    originals[entry.path] = original
-            if current is not None:
-                assert digest is not None  # the digest of current
-                plan.blobs[digest] = current
-        elif entry.kind == "patch" and not same_release:
-            action = "skipped: belongs to a transformers release that was replaced"
-            skipped.append(entry.path)
-        elif entry.kind == "extra" and entry.before is None:
+            return "original"
+        if digest == entry.after:
+            self._put_back(entry, current)
+            return "restore"
+        if entry.kind == "patch" and not self.same_release:
+            return "skipped: belongs to a transformers release that was replaced"
+        if entry.kind == "extra" and entry.before is None:
             # A file install created (a hook file) that was edited since: it is ascend-env's own
             # name, so restore removes it all the same, edits included.
-            action = "removed (edited since install)"
-            plan.changes.append(Change(entry.path, digest, None))
-            # digest differs from entry.before (None), so the file exists: current is its bytes.
-            assert digest is not None and current is not None
-            plan.blobs[digest] = current
-        elif entry.kind == "extra":
+            self.plan.write(entry.path, current, None)
+            return "removed (edited since install)"
+        if entry.kind == "extra":
             # A file install amended (ascend-env's own RECORD) that another installer has
             # replaced or removed since (pip install of another ascend-env build): it is theirs now.
-            action = "left alone: replaced by another installer since install"
-        else:
-            action = "conflict"
-            conflicts.append(entry.path)
-        plan.report["files"].append({"path": entry.path, "kind": entry.kind, "action": action})
-    if conflicts:
-        version = state.version
+            return "left alone: replaced by another installer since install"
+        self.conflicts.append(entry.path)
+        return "conflict"
+
+    def _put_back(self, entry: Entry, current: Optional[bytes]) -> None:
+        original = None if entry.before is None else read_blob(self.plan.site_packages, entry.before)
+        self.plan.write(entry.path, current, original)
+        if original is not None and entry.kind == "patch":
+            self.originals[entry.path] = original
+
+    def _record_action(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
+        if current is None or not self.same_release:
+            return "skipped"
+        digest = sha256_hex(current)
+        if digest == entry.before:
+            return "original"
+        if digest == entry.after and entry.before is not None:
+            self.plan.write(entry.path, current, read_blob(self.plan.site_packages, entry.before))
+            return "restore"
+        # pip rewrote RECORD (e.g. a reinstall): give the restored files their hashes there.
+        try:
+            desired = rewrite_record(current, self.originals)
+        except EnvironmentProblem:
+            return "original"
+        if desired == current:
+            return "original"
+        self.plan.write(entry.path, current, desired)
+        return "rewritten"
+
+    def refuse_conflicts(self, version: str) -> None:
+        if not self.conflicts:
+            return
         raise EnvironmentProblem(
-            f"{', '.join(conflicts)} changed since install (neither the original nor the patched bytes); "
-            "restore would overwrite them, so nothing was changed.",
-            f"reinstall transformers ({reinstall('transformers', version)}), "
-            "then run restore again.",
+            f"{', '.join(self.conflicts)} changed since install (neither the original nor the patched "
+            "bytes); restore would overwrite them, so nothing was changed.",
+            f"reinstall transformers ({reinstall('transformers', version)}), then run restore again.",
         )
-    for entry, current, digest in record_entries:
-        if current is None or not same_release:
-            action = "skipped"
-        elif digest == entry.before:
-            action = "original"
-        elif digest == entry.after and entry.before is not None:
-            assert digest is not None  # current is not None here
-            plan.changes.append(Change(entry.path, digest, entry.before))
-            plan.blobs[entry.before] = read_blob(site_packages, entry.before)
-            plan.blobs[digest] = current
-            action = "restore"
+
+
+def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
+    """The writes that put back every recorded original; raises on files changed by others."""
+    plan = Plan(site_packages, RestoreReport(str(site_packages)))
+    state = read_state(site_packages)
+    if state is None:
+        plan.report.result = "nothing to restore"
+        return plan
+    dist = find_distribution(site_packages, state.distribution)
+    planner = _RestorePlanner(plan, dist is not None and dist.version == state.version)
+    records = []
+    for entry in state.entries:
+        current = read_file(site_packages / entry.path)
+        if entry.kind == "record":
+            records.append((entry, current))  # after the files: it takes their restored hashes
         else:
-            # pip rewrote RECORD (e.g. a reinstall): give the restored files their hashes there.
-            try:
-                desired = rewrite_record(current, originals)
-            except EnvironmentProblem:
-                desired = current
-            action = "original"
-            if desired != current:
-                assert digest is not None  # current is not None here
-                plan.changes.append(Change(entry.path, digest, sha256_hex(desired)))
-                plan.blobs[sha256_hex(desired)] = desired
-                plan.blobs[digest] = current
-                action = "rewritten"
-        plan.report["files"].append({"path": entry.path, "kind": entry.kind, "action": action})
-    plan.report["result"] = "restored"
+            planner.file(entry, current)
+    planner.refuse_conflicts(state.version)
+    for entry, current in records:
+        planner.record(entry, current)
     return plan
 
 
-def restore(site_packages: Path, *, dry_run: bool = False) -> dict[str, Any]:
+def restore(site_packages: Path, *, dry_run: bool = False) -> Dict[str, Any]:
     """Put back the recorded original bytes and remove ascend-env's files and state."""
+    return _restore(site_packages, dry_run).to_dict()
+
+
+def _restore(site_packages: Path, dry_run: bool) -> RestoreReport:
+    """:func:`restore`'s typed report."""
     plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
-        if plan.report["result"] == "restored":
-            plan.report["result"] = "would restore"
-        plan.report["dry_run"] = True
+        if plan.report.result == "restored":
+            plan.report.result = "would restore"
+        plan.report.dry_run = True
         return plan.report
-    if plan.report["result"] == "nothing to restore" and not state_dir(site_packages).exists():
+    if plan.report.result == "nothing to restore" and not state_dir(site_packages).exists():
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:
@@ -646,101 +832,156 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> dict[str, Any]:
         if read_state(site_packages) is not None:
             commit(site_packages, Journal("restore", tuple(plan.changes), None), plan.blobs)
         else:
-            from ascend_env.patching.store import remove_directory
-
             remove_directory(site_packages)
-    if recovered:
-        plan.report["recovered"] = f"finished an interrupted {recovered}"
+    plan.report.recovered = _recovered(recovered)
     return plan.report
 
 
 # -- status ------------------------------------------------------------------------------------------
 
+StatusName = Literal[
+    "applied",
+    "not applied",
+    "partly applied",
+    "conflict",
+    "drifted",
+    "interrupted",
+    "nothing to do",
+    "transformers removed",
+    "hook only",
+]
+
+
+@dataclass(frozen=True)
+class StatusVerdict:
+    """The status, its exit code (0 fine, 1 act) and what explains it."""
+
+    status: StatusName
+    code: int
+    detail: Optional[str] = None
+    drift: Optional[List[str]] = None
+    run: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {"status": self.status}
+        # An interrupted run names what to run before why; the JSON keeps that key order.
+        order = ("run", "detail") if self.status == "interrupted" else ("detail", "drift", "run")
+        for key in order:
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return data
+
+
+@dataclass
+class StatusReport:
+    """What ``status`` found; :meth:`to_dict` is its ``--json`` form."""
+
+    site_packages: str
+    transformers: Optional[str]
+    files: List[FileStatus]
+    state: Optional[State]
+    verdict: StatusVerdict
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {
+            "site_packages": self.site_packages,
+            "transformers": self.transformers,
+            "files": [f.to_dict() for f in self.files],
+        }
+        if self.state is not None:
+            data.update(applied_at=self.state.applied_at, tool_version=self.state.tool_version)
+        data.update(self.verdict.to_dict())
+        return data
+
 
 def status(
     site_packages: Path, *, directory: Optional[Path] = None, search_sys_path: bool = False
-) -> Tuple[dict[str, Any], int]:
+) -> Tuple[Dict[str, Any], int]:
     """What is applied; returns the report and the exit code (0 fine, 1 act, 2 error)."""
-    report: dict[str, Any] = {"site_packages": str(site_packages)}
+    report = _status(site_packages, directory, search_sys_path)
+    return report.to_dict(), report.verdict.code
+
+
+def _status(site_packages: Path, directory: Optional[Path], search_sys_path: bool) -> StatusReport:
+    """:func:`status`'s typed report."""
     journal = read_journal(site_packages)
     state = read_state(site_packages)
+    where = str(site_packages)
     if find_distribution(site_packages, DISTRIBUTION) is None and journal is None:
-        return _status_without_transformers(report, site_packages, state)
+        return StatusReport(where, None, [], state, _without_transformers(site_packages, state))
     inspection = inspect(site_packages, None, directory)
     dist = inspection.distribution
     assert dist is not None
-    report["transformers"] = dist.version
-    report["files"] = [f.to_dict() for f in inspection.files]
-    if state is not None:
-        report["applied_at"] = state.applied_at
-        report["tool_version"] = state.tool_version
     if journal is not None:
-        report.update(
-            status="interrupted",
-            run="ascend-env install (or ascend-env restore)",
+        verdict = StatusVerdict(
+            "interrupted",
+            1,
             detail=f"an ascend-env {journal.action} was interrupted",
+            run="ascend-env install (or ascend-env restore)",
         )
-        return report, 1
-    if state is not None:
-        lines = drift(site_packages)
-        if lines:
-            report.update(
-                status="drifted", drift=lines, run="ascend-env install (re-applies), or ascend-env restore"
-            )
-            return report, 1
-        if any(entry.kind == "patch" for entry in state.entries):
-            report["status"] = "applied"
-            return report, 0
-        # Only the startup hook was installed: the release's files say the rest.
-    outcome = inspection.outcome
+    else:
+        recorded = _recorded(site_packages, state)
+        verdict = recorded or _by_release(site_packages, inspection, directory, search_sys_path)
+    return StatusReport(where, dist.version, inspection.files, state, verdict)
+
+
+def _recorded(site_packages: Path, state: Optional[State]) -> Optional[StatusVerdict]:
+    """The status that the recorded state gives; None where the release's files must say it."""
+    if state is None:
+        return None
+    lines = drift(site_packages)
+    if lines:
+        return StatusVerdict(
+            "drifted", 1, drift=lines, run="ascend-env install (re-applies), or ascend-env restore"
+        )
+    if any(entry.kind == "patch" for entry in state.entries):
+        return StatusVerdict("applied", 0)
+    return None  # only the startup hook was installed
+
+
+def _by_release(
+    site_packages: Path, inspection: Inspection, directory: Optional[Path], search_sys_path: bool
+) -> StatusVerdict:
+    """The status that the release and its files give, with nothing recorded for them."""
+    outcome, dist = inspection.outcome, inspection.distribution
+    assert dist is not None
     if isinstance(outcome, NothingToDo):
-        report.update(status="nothing to do", detail=f"transformers {dist.version}: {outcome.why}")
-        return report, 0
+        return StatusVerdict("nothing to do", 0, detail=f"transformers {dist.version}: {outcome.why}")
     if isinstance(outcome, UnknownRelease):
         raise _unknown(dist, directory)
     kinds = {f.status for f in inspection.files}
     if kinds == {"applied"}:
-        detail = "patched outside ascend-env (no state recorded for them)"
-        report.update(status="applied", detail=detail)
-        return report, 0
+        return StatusVerdict("applied", 0, detail="patched outside ascend-env (no state recorded for them)")
     if kinds == {"clean"}:
-        needed = isin_falls_back(site_packages, search_sys_path)
-        report["status"] = "not applied"
-        if needed:
-            report.update(detail="torch_npu has no native NPU isin", run="ascend-env install")
-            return report, 1
-        return report, 0
-    report.update(
-        status="partly applied" if "conflict" not in kinds else "conflict",
+        if isin_falls_back(site_packages, search_sys_path):
+            detail = "torch_npu has no native NPU isin"
+            return StatusVerdict("not applied", 1, detail=detail, run="ascend-env install")
+        return StatusVerdict("not applied", 0)
+    return StatusVerdict(
+        "partly applied" if "conflict" not in kinds else "conflict",
+        1,
         run=f"{reinstall('transformers', dist.version)}, then ascend-env install",
     )
-    return report, 1
 
 
-def _status_without_transformers(
-    report: dict[str, Any], site_packages: Path, state: Optional[State]
-) -> Tuple[dict[str, Any], int]:
+def _without_transformers(site_packages: Path, state: Optional[State]) -> StatusVerdict:
     """status where transformers is not installed: a hook-only install, nothing at all, or files
     kept for a transformers that was uninstalled after install (restore cleans them up)."""
-    report.update(transformers=None, files=[])
-    if state is not None:
-        report.update(applied_at=state.applied_at, tool_version=state.tool_version)
-        if any(entry.kind in ("patch", "record") for entry in state.entries):
-            report.update(
-                status="transformers removed",
-                detail=f"transformers {state.version} was uninstalled after install; ascend-env still "
-                "records its patched files and keeps their originals",
-                run="ascend-env restore (removes that record and the startup hook; install --hook-only "
-                "puts the hook back)",
-            )
-            return report, 1
-        lines = drift(site_packages)
-        if lines:
-            run = "ascend-env install --hook-only, or ascend-env restore"
-            report.update(status="drifted", drift=lines, run=run)
-            return report, 1
-        detail = "transformers is not installed; the startup hook serves any caller"
-        report.update(status="hook only", detail=detail)
-        return report, 0
-    report.update(status="nothing to do", detail="transformers is not installed here")
-    return report, 0
+    if state is None:
+        return StatusVerdict("nothing to do", 0, detail="transformers is not installed here")
+    if any(entry.kind in ("patch", "record") for entry in state.entries):
+        return StatusVerdict(
+            "transformers removed",
+            1,
+            detail=f"transformers {state.version} was uninstalled after install; ascend-env still "
+            "records its patched files and keeps their originals",
+            run="ascend-env restore (removes that record and the startup hook; install --hook-only "
+            "puts the hook back)",
+        )
+    lines = drift(site_packages)
+    if lines:
+        run = "ascend-env install --hook-only, or ascend-env restore"
+        return StatusVerdict("drifted", 1, drift=lines, run=run)
+    detail = "transformers is not installed; the startup hook serves any caller"
+    return StatusVerdict("hook only", 0, detail=detail)
