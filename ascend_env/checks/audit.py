@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, TypedDict
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.sim import compile_mode, optables, startup
@@ -146,36 +146,79 @@ class Outcome:
         return describe_exit(self.returncode)
 
 
-def process_ending(report: Mapping[str, Any], outcome: Outcome) -> Dict[str, Any]:
-    """How one audited process ended: ``{"ended": text, "abnormal": bool}``.
+class Ending(NamedTuple):
+    """How one audited process ended, in words, and whether that was abnormal."""
+
+    ended: str
+    abnormal: bool
+
+
+def process_ending(report: Mapping[str, Any], outcome: Outcome) -> Ending:
+    """How one audited process ended.
 
     The command's own process is described by its exit status; the others by the last report
     they wrote (``"end"`` is None when they died before writing one: a signal or a crash).
     """
     if report.get("pid") == outcome.pid:
-        return {"ended": describe_exit(outcome.returncode), "abnormal": outcome.returncode != 0}
+        return Ending(describe_exit(outcome.returncode), outcome.returncode != 0)
     end = report.get("end")
     if not isinstance(end, dict):
-        return {"ended": "ended without a last report (killed by a signal, or crashed)", "abnormal": True}
+        return Ending("ended without a last report (killed by a signal, or crashed)", True)
     how = end.get("how")
     if how == "exit":
-        return {"ended": "exited", "abnormal": False}
+        return Ending("exited", False)
     if how == "exec":
-        return {"ended": "replaced itself (exec)", "abnormal": False}
+        return Ending("replaced itself (exec)", False)
     if how == "os._exit":
-        return {"ended": f"os._exit({end.get('code')})", "abnormal": end.get("code") != 0}
+        return Ending(f"os._exit({end.get('code')})", end.get("code") != 0)
     if how == "exception":
-        return {"ended": f"uncaught {end.get('exception')}", "abnormal": True}
+        return Ending(f"uncaught {end.get('exception')}", True)
     if how == "signal":
         # SIGTERM is how parents stop their workers (multiprocessing.Pool.terminate, torchrun):
         # not abnormal by itself; a timeout or a failed command says so at the top.
-        return {"ended": f"terminated by {end.get('signal')}", "abnormal": end.get("signal") != "SIGTERM"}
-    return {"ended": f"ended ({how})", "abnormal": True}
+        return Ending(f"terminated by {end.get('signal')}", end.get("signal") != "SIGTERM")
+    return Ending(f"ended ({how})", True)
+
+
+class ProcessFindings(TypedDict):
+    """One audited Python process: who it was, what fell back in it, how it ended."""
+
+    pid: Optional[int]
+    ppid: Optional[int]
+    argv: Optional[List[str]]
+    rank: Optional[str]
+    origin: Optional[str]
+    fallbacks: Dict[str, int]
+    is_command: bool
+    ended: str
+    abnormal: bool
+
+
+class _Findings(TypedDict):
+    table: str
+    command: List[str]
+    returncode: int
+    processes: int
+    errors: List[str]
+    fallbacks: Dict[str, int]
+    ended: str
+    timed_out: bool
+    timeout: Optional[float]
+    stopped: int
+    per_process: List[ProcessFindings]
+
+
+class Findings(_Findings, total=False):
+    """What :func:`run` found, in the order ``--json`` writes it; ``soc`` and ``paths`` only with
+    the dispatch-path model (``ascend_env.sim.paths.summarize``)."""
+
+    soc: Optional[Dict[str, Any]]
+    paths: Dict[str, Any]
 
 
 def findings_from(
     label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
+) -> Findings:
     """The audit's findings from the command's outcome and its processes' reports."""
     if not reports:
         raise EnvironmentProblem(
@@ -184,18 +227,10 @@ def findings_from(
             "run a Python command that can import ascend_env and torch, e.g. -- python my_script.py",
         )
     errors = [str(report["error"]) for report in reports if "error" in report]
+    per_process = [_process_findings(report, outcome) for report in reports if "error" not in report]
     totals: collections.Counter[str] = collections.Counter()
-    per_process = []
-    for report in reports:
-        if "error" in report:
-            continue
-        fallbacks = {str(k): int(v) for k, v in dict(report.get("fallbacks") or {}).items()}
-        totals.update(fallbacks)
-        per_process.append({
-            "pid": report.get("pid"), "ppid": report.get("ppid"), "argv": report.get("argv"),
-            "rank": report.get("rank"), "origin": report.get("origin"), "fallbacks": fallbacks,
-            "is_command": report.get("pid") == outcome.pid, **process_ending(report, outcome),
-        })
+    for process in per_process:
+        totals.update(process["fallbacks"])
     return {
         "table": label,
         "command": list(command),
@@ -211,8 +246,18 @@ def findings_from(
     }
 
 
+def _process_findings(report: Mapping[str, Any], outcome: Outcome) -> ProcessFindings:
+    ending = process_ending(report, outcome)
+    return {
+        "pid": report.get("pid"), "ppid": report.get("ppid"), "argv": report.get("argv"),
+        "rank": report.get("rank"), "origin": report.get("origin"),
+        "fallbacks": {str(k): int(v) for k, v in dict(report.get("fallbacks") or {}).items()},
+        "is_command": report.get("pid") == outcome.pid, "ended": ending.ended, "abnormal": ending.abnormal,
+    }
+
+
 def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Optional[float] = None,
-        soc: Optional[str] = None, paths: bool = False) -> dict[str, Any]:
+        soc: Optional[str] = None, paths: bool = False) -> Findings:
     """Run ``command`` on the simulated NPU and return the audit's findings (see ``findings_from``).
 
     Keys: ``table``, ``command``, ``returncode``, ``processes`` (how many Python processes ran on
@@ -224,14 +269,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     the reports and raises :class:`Interrupted`. With ``paths``, also ``soc`` and ``paths``
     (``ascend_env.sim.paths.summarize``): torch_npu's dispatch paths modelled on the SoC ``soc``.
     """
-    if not command:
-        raise UsageError(
-            "audit needs a command to run.",
-            "put it after '--', e.g. ascend-env audit --torch-npu 2.1.0.post6 -- python my_script.py",
-        )
-    if timeout is not None and not timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {timeout:g}.",
-                         "give the seconds the command may run, e.g. --timeout 600")
+    _check_arguments(command, timeout)
     table = choose_table(torch_npu)
     chosen_soc = sim_paths.choose_soc(soc) if paths or soc else None
     if chosen_soc is not None:
@@ -252,6 +290,17 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
         findings["soc"] = chosen_soc
         findings["paths"] = sim_paths.summarize(reports, chosen_soc)
     return findings
+
+
+def _check_arguments(command: Sequence[str], timeout: Optional[float]) -> None:
+    if not command:
+        raise UsageError(
+            "audit needs a command to run.",
+            "put it after '--', e.g. ascend-env audit --torch-npu 2.1.0.post6 -- python my_script.py",
+        )
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {timeout:g}.",
+                         "give the seconds the command may run, e.g. --timeout 600")
 
 
 def _remove(directory: Path) -> None:
@@ -408,7 +457,7 @@ def _audited_elsewhere(reports: Path, exclude: Set[int]) -> Set[int]:
     return found
 
 
-def exit_code(findings: dict[str, Any], fail_on: Sequence[str] = ("fallbacks",)) -> int:
+def exit_code(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> int:
     """1 if the simulator failed to start, the command failed or timed out, or a finding of
     ``fail_on`` is present (``fallbacks``; with ``--paths``: ``compiles``, ``syncs``, ``64bit``);
     else 0."""
@@ -448,7 +497,7 @@ def _rank_key(rank: str) -> tuple[int, str]:
     return (int(rank), rank) if rank.isdigit() else (1 << 30, rank)
 
 
-def format_text(findings: dict[str, Any]) -> str:
+def format_text(findings: Findings) -> str:
     """The human-readable report."""
     lines = [f"audit: torch_npu {findings['table']} op table on the simulated NPU"]
     if findings.get("timed_out"):
@@ -487,5 +536,5 @@ def format_text(findings: dict[str, Any]) -> str:
     return "\n".join(lines + _paths_text(findings))
 
 
-def _paths_text(findings: dict[str, Any]) -> List[str]:
+def _paths_text(findings: Findings) -> List[str]:
     return sim_paths.format_text(findings["paths"]) if "paths" in findings else []

@@ -299,46 +299,56 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
     """Fill ``report``; see the module docstring for its keys."""
     report["silencers"] = silencers(os.environ)
     report["installation"] = installation()
-    if device == "auto" and importlib.util.find_spec("torch_npu") is None:
-        device, report["simulator_reason"] = "sim", "torch_npu is not installed"
-    if device in ("auto", "npu"):
-        try:
-            backend = start_npu()
-        except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
-            report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
-            return
-    else:
-        try:
-            import torch  # noqa: F401 - a broken torch fails here, before the simulator
-        except Exception as exc:
-            report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
-            return
-        backend = start_simulator(torch_npu)
+    backend = _start_backend(report, device, torch_npu)
+    if backend is None:
+        return
     report["backend"] = backend
     import torch
 
     from ascend_env.hook import runtime
 
     unmodelled = start_paths(backend) if "generate" in steps else None
-
-    name = "npu:0"
     for step in steps:
         if step == "generate" and os.environ.get(FALLBACK_DISABLE) == "1":
             if backend["kind"] == "npu":  # torch_npu read the variable once, at start-up
                 report["deferred"] = ["generate"]
                 continue
             os.environ.pop(FALLBACK_DISABLE)  # the simulator reads it at each fallback
-        _reset(backend["kind"])
-        started = time.monotonic()
-        in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
-        result = check_isin(torch, name) if step == "isin" else check_generate(torch, name)
-        result["fallback_disable"] = in_force
-        result["fallbacks"] = _fallbacks(backend["kind"])
-        result["seconds"] = round(time.monotonic() - started, 3)
-        report["steps"][step] = result
+        report["steps"][step] = _run_step(torch, backend, step)
     report["hook"] = runtime.status()
     if "generate" in report["steps"]:
         report["compile"] = compile_record(torch, backend, unmodelled)
+
+
+def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The NPU or the simulator, as ``device`` asks; None (the reason in ``report``) when it
+    cannot start."""
+    if device == "auto" and importlib.util.find_spec("torch_npu") is None:
+        device, report["simulator_reason"] = "sim", "torch_npu is not installed"
+    if device in ("auto", "npu"):
+        try:
+            return start_npu()
+        except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
+            report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
+            return None
+    try:
+        import torch  # noqa: F401 - a broken torch fails here, before the simulator
+    except Exception as exc:
+        report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
+        return None
+    return start_simulator(torch_npu)
+
+
+def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, Any]:
+    """One step on ``npu:0``, with the fallbacks it caused and its time."""
+    _reset(backend["kind"])
+    started = time.monotonic()
+    in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
+    result = check_isin(torch, "npu:0") if step == "isin" else check_generate(torch, "npu:0")
+    result["fallback_disable"] = in_force
+    result["fallbacks"] = _fallbacks(backend["kind"])
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:

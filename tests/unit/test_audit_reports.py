@@ -209,13 +209,13 @@ def test_a_timeout_is_the_ending():
 ])
 def test_process_ending(end, text, abnormal):
     ending = audit.process_ending(report(20, end=end), audit.Outcome(10, 0))
-    assert ending == {"ended": text, "abnormal": abnormal}
+    assert ending == audit.Ending(text, abnormal)
 
 
 def test_the_commands_own_process_ends_as_the_command_did():
     outcome = audit.Outcome(10, -11)
     ending = audit.process_ending(report(10, end=None), outcome)
-    assert ending == {"ended": "killed by SIGSEGV", "abnormal": True}
+    assert ending == audit.Ending("killed by SIGSEGV", True)
 
 
 def test_findings_add_up_every_process_and_keep_each():
