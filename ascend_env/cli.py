@@ -75,13 +75,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return EXIT_USAGE
         return int(_load(args.command).run(args))
     except AscendEnvError as exc:
-        return report_error(exc, as_json=getattr(args, "json", False))
+        return _report_error(exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
         return 130
 
 
-def report_error(exc: AscendEnvError, as_json: bool) -> int:
+def _report_error(exc: AscendEnvError, as_json: bool) -> int:
     """Print ``exc`` (to stdout as JSON, or to stderr as text) and return its exit code."""
     if as_json:
         write_json({"ok": False, **exc.to_dict()})

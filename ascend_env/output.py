@@ -7,7 +7,7 @@ import sys
 from typing import Any, Optional, TextIO
 
 
-def is_tty(stream: TextIO) -> bool:
+def _is_tty(stream: TextIO) -> bool:
     """Whether ``stream`` is an interactive terminal."""
     isatty = getattr(stream, "isatty", None)
     try:
@@ -18,7 +18,7 @@ def is_tty(stream: TextIO) -> bool:
 
 def bold(text: str, stream: TextIO) -> str:
     """``text`` in bold on a terminal, unchanged anywhere else."""
-    return f"\033[1m{text}\033[0m" if is_tty(stream) else text
+    return f"\033[1m{text}\033[0m" if _is_tty(stream) else text
 
 
 def write_json(data: Any, stream: Optional[TextIO] = None) -> None:

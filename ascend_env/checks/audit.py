@@ -48,7 +48,7 @@ class Interrupted(Exception):
         super().__init__(signal.Signals(signum).name)
 
 
-def installed_torch_npu() -> Optional[Path]:
+def _installed_torch_npu() -> Optional[Path]:
     """The package directory of the torch_npu installed in this Python, without importing it."""
     try:
         spec = importlib.util.find_spec("torch_npu")
@@ -68,7 +68,7 @@ def choose_table(torch_npu: Optional[str]) -> Dict[str, str]:
     if torch_npu:
         version = optables.canonical(torch_npu)
         return {"label": version, startup.TORCH_NPU: version}
-    package = installed_torch_npu()
+    package = _installed_torch_npu()
     if package is not None:
         try:
             version = importlib.metadata.version("torch_npu")
@@ -87,7 +87,7 @@ def choose_table(torch_npu: Optional[str]) -> Dict[str, str]:
     return {"label": version, startup.TORCH_NPU: version}
 
 
-def audited_environment(table: Mapping[str, str], reports: Path,
+def _audited_environment(table: Mapping[str, str], reports: Path,
                         base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """``base`` (default: this process's environment) set up for an audited command."""
     env = dict(os.environ if base is None else base)
@@ -115,7 +115,7 @@ def collect(reports: Path) -> List[dict[str, Any]]:
     return sorted(found, key=lambda r: r.get("pid", 0) if isinstance(r.get("pid"), int) else 0)
 
 
-def signal_name(number: int) -> str:
+def _signal_name(number: int) -> str:
     """``"SIGSEGV"`` for 11; ``"signal 64"`` for a number without a name."""
     try:
         return signal.Signals(number).name
@@ -125,7 +125,7 @@ def signal_name(number: int) -> str:
 
 def describe_exit(returncode: int) -> str:
     """How a process ended, from its wait status as subprocess gives it: "exited 3", "killed by SIGKILL"."""
-    return f"killed by {signal_name(-returncode)}" if returncode < 0 else f"exited {returncode}"
+    return f"killed by {_signal_name(-returncode)}" if returncode < 0 else f"exited {returncode}"
 
 
 class Outcome:
@@ -278,7 +278,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
         table[sim_paths.ENV] = "1"
     scratch = Path(tempfile.mkdtemp(prefix="ascend-env-audit-"))
     try:
-        env = audited_environment(table, scratch)
+        env = _audited_environment(table, scratch)
         if not paths:
             env.pop(sim_paths.ENV, None)
         outcome = _supervise(list(command), env, timeout, scratch)

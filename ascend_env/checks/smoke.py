@@ -11,7 +11,7 @@ document to ``--report`` (never to stdout, which user code may print to):
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
 - ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings;
-- ``compile``: after ``generate``, the compile mode it ran in (:func:`compile_record`).
+- ``compile``: after ``generate``, the compile mode it ran in (:func:`_compile_record`).
 
 ``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (set by the parent) is dropped from the environment before the
 backend starts when the release does not honour it. Where it is in force, the ``generate`` step runs
@@ -121,7 +121,7 @@ def _keep_fallback_disable(honoured: bool) -> bool:
     return os.environ.get(FALLBACK_DISABLE) == "1"
 
 
-def start_npu() -> Dict[str, Any]:
+def _start_npu() -> Dict[str, Any]:
     """Import torch and torch_npu and ask ``npu:0`` to answer; raises when it cannot."""
     release = _torch_npu_release()
     in_force = _keep_fallback_disable(_honours_fallback_disable(release))
@@ -139,7 +139,7 @@ def start_npu() -> Dict[str, Any]:
     }
 
 
-def start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
+def _start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
     """Enable the simulated NPU with the table ``ascend_env.checks.audit.choose_table`` picks."""
     from ascend_env.checks import audit
     from ascend_env.sim import optables, startup
@@ -168,7 +168,7 @@ def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
     }
 
 
-def check_isin(torch: Any, device: str) -> Dict[str, Any]:
+def _check_isin(torch: Any, device: str) -> Dict[str, Any]:
     """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
     elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
     test = torch.tensor([2, 6, 9, 95])
@@ -204,7 +204,7 @@ def tiny_llama() -> Any:
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def check_generate(torch: Any, device: str) -> Dict[str, Any]:
+def _check_generate(torch: Any, device: str) -> Dict[str, Any]:
     """Greedy generate() on ``device`` against the CPU: ``{"ok", "error", "tokens"}``."""
     try:
         import transformers
@@ -228,7 +228,7 @@ def check_generate(torch: Any, device: str) -> Dict[str, Any]:
             "transformers": transformers.__version__}
 
 
-def start_paths(backend: Mapping[str, Any]) -> Optional[str]:
+def _start_paths(backend: Mapping[str, Any]) -> Optional[str]:
     """On the simulator, start the dispatch-path model (``ascend_env.sim.paths``), so that the
     would-be online compiles of ``generate()`` are counted; why it cannot be, else None."""
     if backend["kind"] != "simulator":
@@ -245,7 +245,7 @@ def start_paths(backend: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional[str]) -> Dict[str, Any]:
+def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional[str]) -> Dict[str, Any]:
     """The compile mode as ``generate()`` ran: the SoC, JIT compile, the guard's record and, on the
     simulator, the would-be online compiles of its steady state (the steps from ``STEADY_FROM``)."""
     from ascend_env.detect import socs
@@ -307,7 +307,7 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
 
     from ascend_env.hook import runtime
 
-    unmodelled = start_paths(backend) if "generate" in steps else None
+    unmodelled = _start_paths(backend) if "generate" in steps else None
     for step in steps:
         if step == "generate" and os.environ.get(FALLBACK_DISABLE) == "1":
             if backend["kind"] == "npu":  # torch_npu read the variable once, at start-up
@@ -317,7 +317,7 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
         report["steps"][step] = _run_step(torch, backend, step)
     report["hook"] = runtime.status()
     if "generate" in report["steps"]:
-        report["compile"] = compile_record(torch, backend, unmodelled)
+        report["compile"] = _compile_record(torch, backend, unmodelled)
 
 
 def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -327,7 +327,7 @@ def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]
         device, report["simulator_reason"] = "sim", "torch_npu is not installed"
     if device in ("auto", "npu"):
         try:
-            return start_npu()
+            return _start_npu()
         except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
             report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
             return None
@@ -336,7 +336,7 @@ def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]
     except Exception as exc:
         report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
         return None
-    return start_simulator(torch_npu)
+    return _start_simulator(torch_npu)
 
 
 def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, Any]:
@@ -344,7 +344,7 @@ def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, An
     _reset(backend["kind"])
     started = time.monotonic()
     in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
-    result = check_isin(torch, "npu:0") if step == "isin" else check_generate(torch, "npu:0")
+    result = _check_isin(torch, "npu:0") if step == "isin" else _check_generate(torch, "npu:0")
     result["fallback_disable"] = in_force
     result["fallbacks"] = _fallbacks(backend["kind"])
     result["seconds"] = round(time.monotonic() - started, 3)

@@ -86,7 +86,7 @@ def refused_ops(text: str) -> List[str]:
     return list(dict.fromkeys(_REFUSED.findall(text)))
 
 
-def is_isin(op: str) -> bool:
+def _is_isin(op: str) -> bool:
     return op.split("::")[-1].split(".")[0] == "isin"
 
 
@@ -303,7 +303,7 @@ _FIX_HOOK = "python -m ascend_env install (or --hook-only), then verify again"
 _FIX_REPORT = "report it, with the output of: python -m ascend_env verify --json"
 
 
-def collect_fallbacks(runs: Sequence[Smoke]) -> Dict[str, Fallback]:
+def _collect_fallbacks(runs: Sequence[Smoke]) -> Dict[str, Fallback]:
     """Every op that fell back in any run, by op name (sorted), with the evidence for it."""
     found: Dict[str, Fallback] = {}
     for smoke in runs:
@@ -404,7 +404,7 @@ def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
 
 def _isin_fallback_check(fallbacks: Mapping[str, Fallback]) -> Check:
     """Fails when any isin overload fell back, by any evidence: fd-2 line, refusal or count."""
-    isin = {op: item for op, item in fallbacks.items() if is_isin(op)}
+    isin = {op: item for op, item in fallbacks.items() if _is_isin(op)}
     if not isin:
         return Check.passed("isin fallback", "none: no CAUTION line, no refusal, nothing counted")
     parts = []
@@ -580,8 +580,8 @@ def judge(
     first = runs[0].report
     backend: Dict[str, Any] = next((s.report["backend"] for s in runs if "backend" in s.report), {})
     on_npu = backend.get("kind") == "npu"
-    fallbacks = collect_fallbacks(runs)
-    others = {op: item for op, item in fallbacks.items() if not is_isin(op)}
+    fallbacks = _collect_fallbacks(runs)
+    others = {op: item for op, item in fallbacks.items() if not _is_isin(op)}
     checks = _checks(runs, fallbacks)
     if strict and others:
         checks.append(Check.failed("strict",

@@ -237,7 +237,7 @@ def candidate_roots(
     return roots
 
 
-def info_files(root: Path, arch: Optional[str]) -> List[Path]:
+def _info_files(root: Path, arch: Optional[str]) -> List[Path]:
     """``<root>/<arch>-linux/ascend_toolkit_install.info``, then any other ``*-linux`` one."""
     files: List[Path] = []
     if arch:
@@ -250,9 +250,9 @@ def info_files(root: Path, arch: Optional[str]) -> List[Path]:
     return files
 
 
-def read_version(root: Path, arch: Optional[str], toolkit: Toolkit) -> None:
+def _read_version(root: Path, arch: Optional[str], toolkit: Toolkit) -> None:
     """Fill ``toolkit.version`` from the info file, else from ``version.cfg``; note what failed."""
-    for path in info_files(root, arch):
+    for path in _info_files(root, arch):
         if not path.is_file():
             continue
         try:
@@ -313,7 +313,7 @@ def find_toolkit(
             continue
         toolkit.root = _resolved(root)
         toolkit.origin = origin if origin != "default path" else f"default path {root}"
-        read_version(toolkit.root, arch, toolkit)
+        _read_version(toolkit.root, arch, toolkit)
         return toolkit
     return toolkit
 

@@ -205,7 +205,7 @@ def _cann_entry_matches(entry: str, installed: CannVersion) -> bool:
     return listed is not None and listed.release == installed.release
 
 
-def check_torch(row: Row, torch: Optional[str]) -> Tuple[str, str]:
+def _check_torch(row: Row, torch: Optional[str]) -> Tuple[str, str]:
     """(status, reason) for the installed torch version (``None``: not installed)."""
     if torch is None:
         return MISMATCH, f"torch_npu {row.torch_npu} needs torch {row.torch}, and torch is not installed."
@@ -217,7 +217,7 @@ def check_torch(row: Row, torch: Optional[str]) -> Tuple[str, str]:
     return MISMATCH, f"torch_npu {row.torch_npu} is built for torch {row.torch}, not torch {torch}."
 
 
-def check_cann(row: Row, cann: Optional[str]) -> Tuple[str, str]:
+def _check_cann(row: Row, cann: Optional[str]) -> Tuple[str, str]:
     """(status, reason) for the CANN version found (``None``: no toolkit found)."""
     listed = ", ".join(row.cann) if row.cann else ""
     if cann is None:
@@ -242,7 +242,7 @@ def check_cann(row: Row, cann: Optional[str]) -> Tuple[str, str]:
     )
 
 
-def check_python(row: Row, python: str) -> Tuple[str, str]:
+def _check_python(row: Row, python: str) -> Tuple[str, str]:
     """(status, reason) for the running Python ``major.minor``."""
     if not row.python:
         return UNKNOWN, f"the table lists no Python versions for torch_npu {row.torch_npu}."
@@ -282,9 +282,9 @@ def verdict(
     if "+" in torch_npu:
         result.notes.append(f"torch_npu {torch_npu} is a local build; compared as {row.torch_npu}.")
     result.add("torch_npu", OK, f"torch_npu {row.torch_npu} is in the table ({row.status} row).")
-    result.add("torch", *check_torch(row, torch))
-    result.add("python", *check_python(row, python))
-    result.add("cann", *check_cann(row, cann))
+    result.add("torch", *_check_torch(row, torch))
+    result.add("python", *_check_python(row, python))
+    result.add("cann", *_check_cann(row, cann))
     return result
 
 

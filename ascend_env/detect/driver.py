@@ -44,7 +44,7 @@ class Driver:
         }
 
 
-def driver_dir(install_info: Path, default_prefix: Path, driver: Driver) -> Path:
+def _driver_dir(install_info: Path, default_prefix: Path, driver: Driver) -> Path:
     """The driver directory named by ``install_info``, else ``<default_prefix>/driver``."""
     if install_info.is_file():
         try:
@@ -68,7 +68,7 @@ def find_driver(
 ) -> Driver:
     """The installed driver and its version (never raises for broken files)."""
     driver = Driver()
-    path = driver_dir(install_info, default_prefix, driver)
+    path = _driver_dir(install_info, default_prefix, driver)
     if not path.is_dir():
         return driver
     driver.path = path

@@ -72,7 +72,7 @@ def parse_supported(text: str, source: str = "<yaml>") -> FrozenSet[str]:
     return frozenset(name for name in map(entry_name, entries) if name)
 
 
-def read_files(paths: Iterable[Path]) -> FrozenSet[str]:
+def _read_files(paths: Iterable[Path]) -> FrozenSet[str]:
     """The union of the ``supported:`` lists of the given YAML files (missing files are skipped)."""
     ops: set[str] = set()
     found = False
@@ -96,11 +96,11 @@ def read_files(paths: Iterable[Path]) -> FrozenSet[str]:
     return frozenset(ops)
 
 
-def yaml_paths(package_dir: Path) -> Tuple[Path, ...]:
+def _yaml_paths(package_dir: Path) -> Tuple[Path, ...]:
     """Where a torch_npu package directory keeps its op lists."""
     return tuple(package_dir / YAML_DIR / name for name in YAML_FILES)
 
 
 def read_torch_npu(package_dir: Path) -> FrozenSet[str]:
     """The ops with a native NPU kernel in the torch_npu package at ``package_dir``."""
-    return read_files(yaml_paths(package_dir))
+    return _read_files(_yaml_paths(package_dir))

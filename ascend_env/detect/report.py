@@ -119,7 +119,7 @@ class CompileMode:
                        "then run: python -m ascend_env install (its startup hook turns JIT compile off)")
 
 
-def read_compile_mode(environ: Mapping[str, str], toolkit: cann_mod.Toolkit,
+def _read_compile_mode(environ: Mapping[str, str], toolkit: cann_mod.Toolkit,
                       npu_smi: Optional[Callable[[], str]] = None) -> CompileMode:
     """The SoC (``$ASCEND_ENV_SOC`` or ``npu-smi info``), the binary kernels and the JIT default."""
     soc, source = compile_guard.machine_soc(environ, npu_smi)
@@ -280,7 +280,7 @@ def detect(
     toolkit = cann_mod.find_toolkit(environ, prefixes, machine)
     driver = driver_mod.find_driver(install_info, driver_prefix)
     isin = read_isin(torch_npu)
-    compile_mode = read_compile_mode(environ, toolkit, npu_smi)
+    compile_mode = _read_compile_mode(environ, toolkit, npu_smi)
     verdict = _compat_verdict(table, torch, torch_npu, toolkit, version_info)
     notes = _notes(environ, torch_npu, toolkit, compile_mode)
     return Report(

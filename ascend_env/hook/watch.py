@@ -63,7 +63,7 @@ def wrap_loader(spec: ModuleSpec, done: Callable[[], None]) -> None:
     # calls load_module where a loader has no exec_module, so its wrapper must have none either.
     legacy = getattr(spec.loader, "exec_module", None) is None
     # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-    wrapper = (LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
     spec.loader = cast("Loader", wrapper)
 
 
@@ -87,7 +87,7 @@ class NotifyingLoader:
         self._done()
 
 
-class LegacyNotifyingLoader:
+class _LegacyNotifyingLoader:
     """A ``load_module()``-only ``loader``, calling ``done()`` once it has loaded the module. It
     has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
     anything else it is asked, the wrapped loader answers."""

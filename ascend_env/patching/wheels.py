@@ -40,7 +40,7 @@ from ascend_env.patching.manifest import (
 from ascend_env.patching.records import record_digest, record_hash, sha256_hex
 from ascend_env.utils import atomic
 
-__all__ = ["LOCAL_PREFIX", "PatchedWheel", "local_version", "patch_wheel"]
+__all__ = ["LOCAL_PREFIX", "PatchedWheel", "patch_wheel"]
 
 LOCAL_PREFIX = "ascend"
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
@@ -88,7 +88,7 @@ class PatchedWheel:
         }
 
 
-def local_version(version: str, build: int) -> str:
+def _local_version(version: str, build: int) -> str:
     """``X+ascend.N`` for release ``X`` and build number ``N``."""
     return f"{version}+{LOCAL_PREFIX}.{build}"
 
@@ -190,7 +190,7 @@ def patch_wheel(
     manifest = load_manifest(directory) if manifest is None else manifest
     project, version, tags = _split_name(wheel)
     release = _release(manifest, project, version)
-    new_version = local_version(str(version), build)
+    new_version = _local_version(str(version), build)
     archive = _open(wheel)
     stem = wheel.name.split("-", 1)[0]
     path = output_dir / f"{stem}-{new_version}-{tags}.whl"
