@@ -76,11 +76,12 @@ def installation() -> Dict[str, Any]:
         return {"error": exc.problem, "fix": exc.fix}
     found: Dict[str, Any] = {"site_packages": str(site)}
     try:
-        report, code = engine.status(site, search_sys_path=True)
+        report = engine.status(site, search_sys_path=True)
+        verdict = report.verdict
         found["patches"] = {
-            "status": report.get("status"), "code": code, "transformers": report.get("transformers"),
-            "detail": report.get("detail"), "drift": report.get("drift", []), "run": report.get("run"),
-            "files": {item["path"]: item["status"] for item in report.get("files", [])},
+            "status": verdict.status, "code": report.code, "transformers": report.transformers,
+            "detail": verdict.detail, "drift": verdict.drift or [], "run": verdict.run,
+            "files": {item.path: item.status for item in report.files},
         }
     except AscendEnvError as exc:
         found["patches"] = {"status": "unknown", "error": exc.problem, "fix": exc.fix}

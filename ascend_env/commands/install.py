@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
@@ -38,20 +37,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_patches_dir(parser)
 
 
-def describe(report: dict[str, Any]) -> str:
-    """The plain-text form of an install or restore report."""
+def describe(report: engine.InstallReport, compile_guard: bool) -> str:
+    """The plain-text form of an install report."""
     lines = [
-        f"{report['result']}: transformers {report.get('transformers') or '(not installed)'} in "
-        f"{report['site_packages']}"
+        f"{report.result}: transformers {report.transformers or '(not installed)'} in "
+        f"{report.site_packages}"
     ]
-    if report.get("reason"):
-        lines.append(f"  {report['reason']}")
-    if report.get("recovered"):
-        lines.append(f"  {report['recovered']}")
-    for path in report.get("changed", []):
-        lines.append(f"  {'would change' if report.get('dry_run') else 'changed'} {path}")
-    if "compile_guard" in report:
-        lines.append("  " + _GUARD_LINES[report["compile_guard"]])
+    if report.reason:
+        lines.append(f"  {report.reason}")
+    if report.recovered:
+        lines.append(f"  {report.recovered}")
+    for path in report.changed:
+        lines.append(f"  {'would change' if report.dry_run else 'changed'} {path}")
+    lines.append("  " + _GUARD_LINES[compile_guard])
     return "\n".join(lines)
 
 
@@ -79,9 +77,8 @@ def run(args: argparse.Namespace) -> int:
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
-    report["compile_guard"] = guard
     if args.json:
-        write_json({"ok": True, **report})
+        write_json({"ok": True, **report.to_dict(), "compile_guard": guard})
     else:
-        write_text(describe(report))
+        write_text(describe(report, guard))
     return 0

@@ -18,12 +18,12 @@ def run(args: argparse.Namespace) -> int:
     site_packages = engine.resolve_site_packages(args.target)
     report = engine.restore(site_packages, dry_run=args.dry_run)
     if args.json:
-        write_json({"ok": True, **report})
+        write_json({"ok": True, **report.to_dict()})
         return 0
-    lines = [f"{report['result']}: {site_packages}"]
-    if report.get("recovered"):
-        lines.append(f"  {report['recovered']}")
-    for item in report.get("files", []):
-        lines.append(f"  {item['action']}: {item['path']}")
+    lines = [f"{report.result}: {site_packages}"]
+    if report.recovered:
+        lines.append(f"  {report.recovered}")
+    for item in report.files:
+        lines.append(f"  {item.action}: {item.path}")
     write_text("\n".join(lines))
     return 0

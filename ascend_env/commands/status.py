@@ -77,26 +77,32 @@ def hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
 
 def run(args: argparse.Namespace) -> int:
     site_packages = engine.resolve_site_packages(args.target)
-    report, code = engine.status(
+    report = engine.status(
         site_packages,
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
-    report["hook"], hook_code = hook_report(site_packages)
-    code = max(code, hook_code)
+    hook_status, hook_code = hook_report(site_packages)
+    code = max(report.code, hook_code)
     if args.json:
-        write_json({"ok": code == 0, **report})
-        return code
-    transformers = report["transformers"] or "(not installed)"
-    lines = [f"{report['status']}: transformers {transformers} in {site_packages}"]
-    if report.get("detail"):
-        lines.append(f"  {report['detail']}")
-    for item in report.get("files", []):
-        lines.append(f"  {item['status']}: {item['path']} ({item['patch']})")
-    for line in report.get("drift", []):
-        lines.append(f"  drift: {line}")
-    lines.extend(describe_hook(report["hook"]))
-    if report.get("run"):
-        lines.append(f"  run: {report['run']}")
-    write_text("\n".join(lines))
+        write_json({"ok": code == 0, **report.to_dict(), "hook": hook_status})
+    else:
+        write_text(describe(report, hook_status))
     return code
+
+
+def describe(report: engine.StatusReport, hook_status: dict[str, Any]) -> str:
+    """The plain-text form of a status report and its startup hook's part."""
+    verdict = report.verdict
+    transformers = report.transformers or "(not installed)"
+    lines = [f"{verdict.status}: transformers {transformers} in {report.site_packages}"]
+    if verdict.detail:
+        lines.append(f"  {verdict.detail}")
+    for item in report.files:
+        lines.append(f"  {item.status}: {item.path} ({item.patch})")
+    for line in verdict.drift or []:
+        lines.append(f"  drift: {line}")
+    lines.extend(describe_hook(hook_status))
+    if verdict.run:
+        lines.append(f"  run: {verdict.run}")
+    return "\n".join(lines)

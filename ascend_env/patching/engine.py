@@ -617,8 +617,8 @@ def install(
     directory: Optional[Path] = None,
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
-) -> Dict[str, Any]:
-    """Patch transformers in ``site_packages`` (see :func:`plan_install`); returns the report."""
+) -> InstallReport:
+    """Patch transformers in ``site_packages`` (see :func:`plan_install`); what it did or would do."""
     replan = partial(
         plan_install,
         site_packages,
@@ -627,11 +627,11 @@ def install(
         extra_files=extra_files,
         search_sys_path=search_sys_path,
     )
-    return _install(site_packages, replan, dry_run).to_dict()
+    return _install(site_packages, replan, dry_run)
 
 
 def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry_run: bool) -> InstallReport:
-    """:func:`install`'s typed report; ``replan`` plans from what is on disk at the call."""
+    """:func:`install`, with ``replan`` planning from what is on disk at the call."""
     plan = _settled(replan)
     if dry_run:
         if plan.report.result == "applied":
@@ -811,13 +811,9 @@ def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
     return plan
 
 
-def restore(site_packages: Path, *, dry_run: bool = False) -> Dict[str, Any]:
-    """Put back the recorded original bytes and remove ascend-env's files and state."""
-    return _restore(site_packages, dry_run).to_dict()
-
-
-def _restore(site_packages: Path, dry_run: bool) -> RestoreReport:
-    """:func:`restore`'s typed report."""
+def restore(site_packages: Path, *, dry_run: bool = False) -> RestoreReport:
+    """Put back the recorded original bytes and remove ascend-env's files and state; what it did
+    or would do."""
     plan = _settled(lambda: plan_restore(site_packages))
     if dry_run:
         if plan.report.result == "restored":
@@ -883,6 +879,11 @@ class StatusReport:
     state: Optional[State]
     verdict: StatusVerdict
 
+    @property
+    def code(self) -> int:
+        """The exit code: 0 fine, 1 act."""
+        return self.verdict.code
+
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {
             "site_packages": self.site_packages,
@@ -897,14 +898,11 @@ class StatusReport:
 
 def status(
     site_packages: Path, *, directory: Optional[Path] = None, search_sys_path: bool = False
-) -> Tuple[Dict[str, Any], int]:
-    """What is applied; returns the report and the exit code (0 fine, 1 act, 2 error)."""
-    report = _status(site_packages, directory, search_sys_path)
-    return report.to_dict(), report.verdict.code
+) -> StatusReport:
+    """What is applied; the report's :attr:`~StatusReport.code` is the exit code (0 fine, 1 act).
 
-
-def _status(site_packages: Path, directory: Optional[Path], search_sys_path: bool) -> StatusReport:
-    """:func:`status`'s typed report."""
+    Raises where it cannot tell (exit code 2).
+    """
     journal = read_journal(site_packages)
     state = read_state(site_packages)
     where = str(site_packages)

@@ -41,7 +41,7 @@ def patches(tmp_path: Path) -> Path:
     return make_patches(tmp_path)
 
 
-def install(site_packages: Path, directory: Path, **kwargs) -> dict:
+def install(site_packages: Path, directory: Path, **kwargs) -> engine.InstallReport:
     kwargs.setdefault("patches", "always")
     return engine.install(site_packages, directory=directory, **kwargs)
 
@@ -57,7 +57,7 @@ def assert_record_true(site: Path) -> None:
 
 def test_install_patches_files_rewrites_record_and_records_state(site, patches):
     report = install(site, patches)
-    assert report["result"] == "applied"
+    assert report.result == "applied"
     assert (site / STOP_PATH).read_text() == STOPPING_PATCHED
     assert (site / UTILS_PATH).read_text() == UTILS_PATCHED
     assert_record_true(site)
@@ -79,8 +79,8 @@ def test_second_install_is_a_no_op(site, patches):
     install(site, patches)
     before = snapshot(site)
     report = install(site, patches)
-    assert report["result"] == "already applied"
-    assert report["changed"] == []
+    assert report.result == "already applied"
+    assert report.changed == []
     assert snapshot(site) == before
 
 
@@ -88,23 +88,23 @@ def test_restore_is_byte_identical_and_removes_state(site, patches):
     original = snapshot(site)
     install(site, patches)
     report = engine.restore(site)
-    assert report["result"] == "restored"
+    assert report.result == "restored"
     assert snapshot(site) == original
     assert not state_dir(site).exists()
-    assert engine.restore(site)["result"] == "nothing to restore"
+    assert engine.restore(site).result == "nothing to restore"
 
 
 def test_dry_run_writes_nothing(site, patches):
     original = snapshot(site)
     report = install(site, patches, dry_run=True)
-    assert report["result"] == "would apply"
-    assert sorted(report["changed"]) == sorted(
+    assert report.result == "would apply"
+    assert sorted(report.changed) == sorted(
         [STOP_PATH, UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"]
     )
     assert snapshot(site) == original
     install(site, patches)
     applied = snapshot(site)
-    assert engine.restore(site, dry_run=True)["result"] == "would restore"
+    assert engine.restore(site, dry_run=True).result == "would restore"
     assert snapshot(site) == applied
 
 
@@ -143,9 +143,9 @@ def test_conflict_via_cli_exits_2_with_json(site, patches):
 def test_patched_file_without_state_counts_as_applied(site, patches):
     (site / STOP_PATH).write_text(STOPPING_PATCHED)  # e.g. a +ascend wheel
     report = install(site, patches, dry_run=True)
-    statuses = {f["path"]: f["status"] for f in report["files"]}
+    statuses = {f.path: f.status for f in report.files}
     assert statuses == {STOP_PATH: "applied", UTILS_PATH: "clean"}
-    assert report["changed"] == [UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"]
+    assert report.changed == [UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"]
 
 
 def test_reverse_probe_recognises_patched_text_in_a_changed_file(site, patches):
@@ -178,10 +178,10 @@ def test_releases_outside_the_range_have_nothing_to_do(tmp_path, patches, versio
     site = make_site(tmp_path, version=version)
     original = snapshot(site)
     report = install(site, patches)
-    assert report["result"] == "nothing to do"
-    assert "needs no patch" in report["reason"]
+    assert report.result == "nothing to do"
+    assert "needs no patch" in report.reason
     assert snapshot(site) == original
-    assert engine.status(site, directory=patches)[1] == 0
+    assert engine.status(site, directory=patches).code == 0
 
 
 def test_target_outside_record_is_refused(site, tmp_path):
@@ -267,38 +267,38 @@ def test_unwritable_state_directory_is_refused_before_any_write(site, patches, m
 def test_auto_without_torch_npu_does_nothing_and_says_so(site, patches):
     original = snapshot(site)
     report = install(site, patches, patches="auto")
-    assert report["result"] == "nothing to do"
-    assert "torch_npu is not installed" in report["reason"]
+    assert report.result == "nothing to do"
+    assert "torch_npu is not installed" in report.reason
     assert snapshot(site) == original
 
 
 def test_auto_patches_when_torch_npu_lacks_isin(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs", "add.Tensor"])
-    assert install(site, patches, patches="auto")["result"] == "applied"
+    assert install(site, patches, patches="auto").result == "applied"
     assert (site / STOP_PATH).read_text() == STOPPING_PATCHED
 
 
 def test_auto_skips_when_torch_npu_has_isin(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor", "isin.Tensor_Tensor_out"])
     report = install(site, patches, patches="auto")
-    assert report["result"] == "nothing to do" and "native NPU isin" in report["reason"]
+    assert report.result == "nothing to do" and "native NPU isin" in report.reason
 
 
 def test_never_patches_nothing(site, patches):
-    assert install(site, patches, patches="never")["result"] == "nothing to do"
+    assert install(site, patches, patches="never").result == "nothing to do"
     assert (site / STOP_PATH).read_text() == STOPPING
 
 
 def test_drift_after_reinstall_is_reported_and_reinstall_reapplies(site, patches):
     install(site, patches)
-    assert engine.status(site, directory=patches)[0]["status"] == "applied"
+    assert engine.status(site, directory=patches).verdict.status == "applied"
     # What pip install --force-reinstall does: original bytes and RECORD come back.
     record = site / "transformers-4.46.3.dist-info/RECORD"
     (site / STOP_PATH).write_text(STOPPING)
     assert drift(site) == [f"{STOP_PATH} changed since ascend-env install"]
-    report, code = engine.status(site, directory=patches)
-    assert (report["status"], code) == ("drifted", 1)
-    assert "ascend-env install" in report["run"]
+    report = engine.status(site, directory=patches)
+    assert (report.verdict.status, report.code) == ("drifted", 1)
+    assert "ascend-env install" in report.verdict.run
     install(site, patches)
     assert drift(site) == [] and (site / STOP_PATH).read_text() == STOPPING_PATCHED
     assert_record_true(site)
@@ -325,30 +325,31 @@ def test_restore_refuses_to_overwrite_a_locally_edited_file(site, patches):
 
 def test_status_states(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs"])
-    report, code = engine.status(site, directory=patches)
-    assert (report["status"], code) == ("not applied", 1) and report["run"] == "ascend-env install"
+    report = engine.status(site, directory=patches)
+    assert (report.verdict.status, report.code) == ("not applied", 1)
+    assert report.verdict.run == "ascend-env install"
     (site / STOP_PATH).write_text(STOPPING_PATCHED)
-    report, code = engine.status(site, directory=patches)
-    assert (report["status"], code) == ("partly applied", 1)
+    report = engine.status(site, directory=patches)
+    assert (report.verdict.status, report.code) == ("partly applied", 1)
     (site / STOP_PATH).write_text(STOPPING)
     install(site, patches)
-    assert engine.status(site, directory=patches)[1] == 0
+    assert engine.status(site, directory=patches).code == 0
     result = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 0 and result.stdout.startswith("applied:")
 
 
 def test_status_without_torch_npu_and_unpatched_is_fine(site, patches):
-    report, code = engine.status(site, directory=patches)
-    assert (report["status"], code) == ("not applied", 0)
+    report = engine.status(site, directory=patches)
+    assert (report.verdict.status, report.code) == ("not applied", 0)
 
 
 def test_extra_files_join_the_transaction(site, patches):
     original = snapshot(site)
     extra = {"demo_hook.pth": b"import demo\n"}
     report = install(site, patches, extra_files=extra)
-    assert "demo_hook.pth" in report["changed"]
+    assert "demo_hook.pth" in report.changed
     assert (site / "demo_hook.pth").read_bytes() == b"import demo\n"
-    assert install(site, patches, extra_files=extra)["result"] == "already applied"
+    assert install(site, patches, extra_files=extra).result == "already applied"
     (site / "demo_hook.pth").unlink()
     assert drift(site) == ["demo_hook.pth is missing"]
     install(site, patches, extra_files=extra)
@@ -375,21 +376,21 @@ def test_patch_wheel_build_counts_as_its_release_and_is_already_applied(tmp_path
     (site / UTILS_PATH).write_text(UTILS_PATCHED)
     before = snapshot(site)
     report = install(site, patches)
-    assert report["result"] == "already applied"
+    assert report.result == "already applied"
     assert snapshot(site) == before
-    report, code = engine.status(site, directory=patches)
-    assert (report["status"], code) == ("applied", 0)
+    report = engine.status(site, directory=patches)
+    assert (report.verdict.status, report.code) == ("applied", 0)
 
 
 def test_auto_skips_when_only_the_out_form_is_native(tmp_path, patches):
     # The functional overload's composite kernel calls the native out= form: no fallback.
     site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor_out"])
-    assert install(site, patches, patches="auto")["result"] == "nothing to do"
+    assert install(site, patches, patches="auto").result == "nothing to do"
 
 
 def test_auto_patches_when_the_out_form_is_missing(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs", "isin.Tensor_Tensor"])
-    assert install(site, patches, patches="auto")["result"] == "applied"
+    assert install(site, patches, patches="auto").result == "applied"
 
 
 def test_a_plan_that_fails_once_outside_the_lock_is_read_again(site, patches, monkeypatch):
@@ -404,7 +405,7 @@ def test_a_plan_that_fails_once_outside_the_lock_is_read_again(site, patches, mo
         return real(site_packages)
 
     monkeypatch.setattr(engine, "plan_restore", flaky)
-    assert engine.restore(site)["result"] == "restored"
+    assert engine.restore(site).result == "restored"
     assert (site / STOP_PATH).read_text() == STOPPING
 
 
@@ -459,7 +460,7 @@ def test_stale_unchecked_bytecode_is_drift(site, patches):
     result = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 1 and json.loads(result.stdout)["status"] == "drifted"
     report = install(site, patches)  # what status advises: it drops that bytecode
-    assert report["bytecode_dropped"] == [STOP_PATH] and drift(site) == [] and not _runs_isin(site)
+    assert report.bytecode_dropped == [STOP_PATH] and drift(site) == [] and not _runs_isin(site)
 
 
 def test_install_and_restore_drop_bytecode_that_is_never_checked(site, patches):
@@ -472,5 +473,5 @@ def test_install_and_restore_drop_bytecode_that_is_never_checked(site, patches):
     assert drift(site) == []
     _compile_unchecked(site)  # the image rebuilt its bytecode from the patched sources
     assert not _runs_isin(site) and drift(site) == []
-    assert engine.restore(site)["result"] == "restored"
+    assert engine.restore(site).result == "restored"
     assert _runs_isin(site)
