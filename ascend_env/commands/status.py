@@ -14,7 +14,7 @@ from ascend_env.patching import engine
 
 
 def describe_hook(hook_status: dict[str, Any]) -> List[str]:
-    """The plain-text lines of :func:`hook_report`."""
+    """The plain-text lines of :func:`_hook_report`."""
     if not hook_status["installed"]:
         return ["  startup hook: not installed"]
     lines = [f"  startup hook: installed ({', '.join(hook_status['installed'])})"]
@@ -58,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_patches_dir(parser)
 
 
-def hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
+def _hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
     report: dict[str, Any] = {
         "installed": hook.installed(site_packages), "current": hook.is_current(site_packages),
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
-    hook_status, hook_code = hook_report(site_packages)
+    hook_status, hook_code = _hook_report(site_packages)
     code = max(report.code, hook_code)
     if args.json:
         write_json({"ok": code == 0, **report.to_dict(), "hook": hook_status})

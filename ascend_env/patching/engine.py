@@ -61,7 +61,6 @@ __all__ = [
     "default_site_packages",
     "inspect",
     "install",
-    "isin_falls_back",
     "restore",
     "startup_hook_files",
     "status",
@@ -133,7 +132,7 @@ def resolve_site_packages(target: Optional[str]) -> Path:
     return path.resolve()
 
 
-def isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optional[bool]:
+def _isin_falls_back(site_packages: Path, search_sys_path: bool = False) -> Optional[bool]:
     """Whether ``aten::isin`` would fall back to the CPU: None when torch_npu is not installed.
 
     Looks for torch_npu in ``site_packages`` (then on ``sys.path`` when ``search_sys_path``) and
@@ -441,7 +440,7 @@ def _decide(site_packages: Path, patches: str, search_sys_path: bool) -> Tuple[b
         return True, "--patches always"
     if patches == "never":
         return False, "--patches never"
-    falls_back = isin_falls_back(site_packages, search_sys_path)
+    falls_back = _isin_falls_back(site_packages, search_sys_path)
     if falls_back is None:
         return (
             False,
@@ -579,7 +578,7 @@ class _InstallPlanner:
         report.changed = [c.path for c in plan.changes]
 
 
-def plan_install(
+def _plan_install(
     site_packages: Path,
     *,
     patches: str = "auto",
@@ -618,9 +617,9 @@ def install(
     extra_files: Optional[Mapping[str, bytes]] = None,
     search_sys_path: bool = False,
 ) -> InstallReport:
-    """Patch transformers in ``site_packages`` (see :func:`plan_install`); what it did or would do."""
+    """Patch transformers in ``site_packages`` (see :func:`_plan_install`); what it did or would do."""
     replan = partial(
-        plan_install,
+        _plan_install,
         site_packages,
         patches=patches,
         directory=directory,
@@ -952,7 +951,7 @@ def _by_release(
     if kinds == {"applied"}:
         return StatusVerdict("applied", 0, detail="patched outside ascend-env (no state recorded for them)")
     if kinds == {"clean"}:
-        if isin_falls_back(site_packages, search_sys_path):
+        if _isin_falls_back(site_packages, search_sys_path):
             detail = "torch_npu has no native NPU isin"
             return StatusVerdict("not applied", 1, detail=detail, run="ascend-env install")
         return StatusVerdict("not applied", 0)
