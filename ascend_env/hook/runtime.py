@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from ascend_env.hook import files as hook
 
 if TYPE_CHECKING:
     from ascend_env.hook import compile_guard
+    from ascend_env.kernels.registry import Fix
 
 DISPATCH_KEY = "PrivateUse1"
 
@@ -92,49 +93,72 @@ def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str
     return lines
 
 
+def _record_error(what: str, exc: Exception) -> None:
+    """Keep ``exc`` in :func:`status`'s errors: nothing the hook does may raise into an import."""
+    RECORD.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _lacks_kernel(fix: Fix) -> bool:
+    """Whether none of the ops ``fix`` stands in for has an NPU kernel; else ``fix.op`` is native."""
+    try:
+        if all(not has_kernel(op) for op in fix.when_missing):
+            return True
+        if fix.op not in RECORD.registered and fix.op not in RECORD.native:
+            RECORD.native.append(fix.op)
+    except Exception as exc:
+        _record_error(fix.op, exc)
+    return False
+
+
+def _library() -> Any:
+    """The ``torch.library.Library`` that owns our kernels, made on first use and kept alive."""
+    if RECORD.library is None:
+        import torch
+
+        # torch.library.Library.__init__ has no annotations.
+        RECORD.library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+    return RECORD.library
+
+
+def _register(fix: Fix, kernels: Mapping[str, Callable[..., Any]]) -> bool:
+    """Register the kernel of ``fix``; whether that worked."""
+    try:
+        _library().impl(fix.op, kernels[fix.op], DISPATCH_KEY)
+    except Exception as exc:  # one failed op must not stop the others
+        _record_error(fix.op, exc)
+        return False
+    RECORD.registered.append(fix.op)
+    return True
+
+
+def _guard_record(source: str) -> Dict[str, Any]:
+    """What the compile-mode guard did, as :func:`status` reports it."""
+    try:
+        return guard_compile_mode(source).to_dict()
+    except Exception as exc:  # the guard never breaks the import of torch_npu
+        return {"apply": False, "applied": False, "reason": "failed", "error": f"{type(exc).__name__}: {exc}"}
+
+
 def activate(source: str) -> List[str]:
     """Register every fix whose op lacks an NPU kernel; return the ops registered now.
 
     Also warns, in one line on stderr, when the installed patches drifted.
     """
-    import torch
-
-    from ascend_env.kernels import isin as ops
+    # Imported before anything is recorded: one that fails to import raises to the caller (notify).
+    from ascend_env.kernels import isin as ops  # imports torch
     from ascend_env.kernels import registry as fixes
 
     RECORD.release = backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
     # functional overload still falls back.
-    wanted = []
-    for fix in fixes.FIXES:
-        try:
-            if all(not has_kernel(op) for op in fix.when_missing):
-                wanted.append(fix)
-            elif fix.op not in RECORD.registered and fix.op not in RECORD.native:
-                RECORD.native.append(fix.op)
-        except Exception as exc:
-            RECORD.errors.append(f"{fix.op}: {type(exc).__name__}: {exc}")
-    registered = []
-    for fix in wanted:
-        try:
-            if RECORD.library is None:
-                # torch.library.Library.__init__ has no annotations.
-                RECORD.library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
-            RECORD.library.impl(fix.op, ops.ATEN_KERNELS[fix.op], DISPATCH_KEY)
-            RECORD.registered.append(fix.op)
-            registered.append(fix.op)
-        except Exception as exc:  # one failed op must not stop the others
-            RECORD.errors.append(f"{fix.op}: {type(exc).__name__}: {exc}")
+    wanted = [fix for fix in fixes.FIXES if _lacks_kernel(fix)]
+    registered = [fix.op for fix in wanted if _register(fix, ops.ATEN_KERNELS)]
     try:
         warn_on_drift(sys.stderr)
     except Exception as exc:
-        RECORD.errors.append(f"drift check: {type(exc).__name__}: {exc}")
+        _record_error("drift check", exc)
     if RECORD.compile_guard is None:
-        try:
-            RECORD.compile_guard = guard_compile_mode(source).to_dict()
-        except Exception as exc:  # the guard never breaks the import of torch_npu
-            RECORD.compile_guard = {"apply": False, "applied": False, "reason": "failed",
-                                    "error": f"{type(exc).__name__}: {exc}"}
+        RECORD.compile_guard = _guard_record(source)
     return registered
 
 

@@ -12,11 +12,14 @@ import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
 
 from packaging.utils import canonicalize_name
 
 from ascend_env.exceptions import EnvironmentProblem, reinstall
+
+if TYPE_CHECKING:
+    from importlib.metadata import PathDistribution
 
 __all__ = [
     "Distribution",
@@ -144,47 +147,65 @@ def _dist_info_dirs(site_packages: Path) -> Iterable[Path]:
         ) from None
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A ``.dist-info`` directory whose METADATA names the wanted distribution."""
+
+    directory: Path
+    name: str
+    version: str
+    dist: PathDistribution
+
+
+def _candidate(directory: Path, wanted: str) -> Optional[_Candidate]:
+    """``directory`` when its METADATA has a version and names ``wanted`` (canonical), else None."""
+    from importlib.metadata import PathDistribution  # on first use: the startup hook imports this module
+
+    dist = PathDistribution(directory)
+    try:
+        # An email.message.Message at run time; PackageMetadata declares get() from Python 3.12 only.
+        dist_name, version = dist.metadata.get("Name"), dist.metadata.get("Version")  # type: ignore[attr-defined]
+    except (TypeError, AttributeError, KeyError, OSError):  # no or unreadable METADATA
+        return None
+    if dist_name and version and canonicalize_name(dist_name) == wanted:
+        return _Candidate(directory, dist_name, version, dist)
+    return None
+
+
+def _read_record(found: _Candidate, name: str) -> Dict[str, RecordEntry]:
+    """The rows of ``found``'s RECORD by path; raises :class:`EnvironmentProblem` without one."""
+    try:
+        text = found.dist.read_text("RECORD")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvironmentProblem(
+            f"{found.directory.name}/RECORD cannot be read as text ({exc}).",
+            f"reinstall with pip: {reinstall(name)}.",
+        ) from None
+    if text is None:
+        raise EnvironmentProblem(
+            f"{found.directory.name} has no RECORD file.",
+            f"reinstall with pip: {reinstall(name)}.",
+        )
+    return {entry.path: entry for entry in parse_record(text)}
+
+
 def find_distribution(site_packages: Path, name: str) -> Optional[Distribution]:
     """The distribution ``name`` installed in ``site_packages`` (that directory only), or None."""
-    from importlib.metadata import PathDistribution
-
     wanted = canonicalize_name(name)
-    found = []
-    for directory in _dist_info_dirs(site_packages):
-        dist = PathDistribution(directory)
-        try:
-            # An email.message.Message at run time; PackageMetadata declares get() from Python 3.12 only.
-            dist_name, version = dist.metadata.get("Name"), dist.metadata.get("Version")  # type: ignore[attr-defined]
-        except (TypeError, AttributeError, KeyError, OSError):  # no or unreadable METADATA
-            continue
-        if dist_name and version and canonicalize_name(dist_name) == wanted:
-            found.append((directory, dist_name, version, dist))
+    candidates = (_candidate(directory, wanted) for directory in _dist_info_dirs(site_packages))
+    found = [candidate for candidate in candidates if candidate is not None]
     if not found:
         return None
     if len(found) > 1:
         raise EnvironmentProblem(
             f"{site_packages} holds {len(found)} {name} distributions: "
-            f"{', '.join(found_dir.name for found_dir, *_ in found)}.",
+            f"{', '.join(candidate.directory.name for candidate in found)}.",
             f"remove the stale ones: {reinstall(name)}.",
         )
-    directory, dist_name, version, dist = found[0]
-    try:
-        text = dist.read_text("RECORD")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvironmentProblem(
-            f"{directory.name}/RECORD cannot be read as text ({exc}).",
-            f"reinstall with pip: {reinstall(name)}.",
-        ) from None
-    if text is None:
-        raise EnvironmentProblem(
-            f"{directory.name} has no RECORD file.",
-            f"reinstall with pip: {reinstall(name)}.",
-        )
-    record = {entry.path: entry for entry in parse_record(text)}
     return Distribution(
-        name=dist_name,
-        version=version,
+        name=found[0].name,
+        version=found[0].version,
         site_packages=site_packages,
-        dist_info=directory.name,
-        record=record,
+        dist_info=found[0].directory.name,
+        record=_read_record(found[0], name),
     )

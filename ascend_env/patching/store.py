@@ -273,53 +273,92 @@ def _cannot_create(directory: Path, exc: OSError) -> EnvironmentProblem:
     )
 
 
+def _symlinked(directory: Path) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"{directory} is a symbolic link (to {os.readlink(directory)}): ascend-env keeps its state "
+        "only in a real directory inside site-packages, so nothing was changed.",
+        f"remove the link (rm {directory}) and run the command again.",
+    )
+
+
+def _not_a_directory(directory: Path) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"{directory} is a file, not ascend-env's state directory, so nothing was changed.",
+        f"move it away (mv {directory} {directory}.bak) and run the command again.",
+    )
+
+
+def _held_too_long(path: Path, timeout: float) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"another ascend-env run has held {path} for over {timeout:.0f} s.",
+        "wait for it to finish; if no ascend-env process is running, run the command again.",
+    )
+
+
+def _open_lock_file(directory: Path, path: Path) -> Optional[int]:
+    """A descriptor of the lock file, creating ``directory``; None when a concurrent run removed it."""
+    try:
+        make_dir(directory)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        match_owner(path, directory)
+    except FileNotFoundError:
+        return None  # removed between mkdir and open
+    except FileExistsError:
+        if directory.exists() and not directory.is_dir():
+            raise _not_a_directory(directory) from None
+        return None  # another run removed the directory while mkdir looked at it
+    except OSError as exc:
+        raise _cannot_create(directory, exc) from None
+    return fd
+
+
+def _try_flock(fd: int, path: Path, deadline: float, timeout: float) -> bool:
+    """Lock ``fd`` without waiting; when another run holds it, close ``fd`` and say False.
+
+    Raises :class:`EnvironmentProblem` once ``deadline`` (a ``time.monotonic()``) has passed.
+    """
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        if time.monotonic() > deadline:
+            raise _held_too_long(path, timeout) from None
+        return False
+    return True
+
+
+def _still_linked(path: Path, fd: int) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (a finishing restore removes the directory)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _acquire(directory: Path, path: Path, timeout: float) -> int:
+    """An open descriptor of ``path``, exclusively locked, that is still the file at ``path``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = _open_lock_file(directory, path)
+        if fd is None:
+            continue
+        if not _try_flock(fd, path, deadline, timeout):
+            time.sleep(0.05)
+            continue
+        if _still_linked(path, fd):
+            return fd
+        os.close(fd)  # locked a file another run has unlinked: a new one may be locked meanwhile
+
+
 @contextmanager
 def locked(directory: Path, timeout: float = 120.0) -> Iterator[Path]:
     """Hold an exclusive lock on ``directory/lock``, creating ``directory`` if needed."""
-    import fcntl
-
-    path = directory / LOCK_FILE
     if directory.is_symlink():
-        raise EnvironmentProblem(
-            f"{directory} is a symbolic link (to {os.readlink(directory)}): ascend-env keeps its state "
-            "only in a real directory inside site-packages, so nothing was changed.",
-            f"remove the link (rm {directory}) and run the command again.",
-        )
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            make_dir(directory)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            match_owner(path, directory)
-        except FileNotFoundError:
-            continue  # removed between mkdir and open: try again
-        except FileExistsError:
-            if directory.exists() and not directory.is_dir():
-                raise EnvironmentProblem(
-                    f"{directory} is a file, not ascend-env's state directory, so nothing was changed.",
-                    f"move it away (mv {directory} {directory}.bak) and run the command again.",
-                ) from None
-            continue  # another run removed the directory while mkdir looked at it: try again
-        except OSError as exc:
-            raise _cannot_create(directory, exc) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if time.monotonic() > deadline:
-                raise EnvironmentProblem(
-                    f"another ascend-env run has held {path} for over {timeout:.0f} s.",
-                    "wait for it to finish; if no ascend-env process is running, run the command again.",
-                ) from None
-            time.sleep(0.05)
-            continue
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+        raise _symlinked(directory)
+    path = directory / LOCK_FILE
+    fd = _acquire(directory, path, timeout)
     try:
         yield path
     finally:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import errno
 import hashlib
 import json
+import os
 import threading
 import time
 
@@ -64,6 +66,33 @@ def test_two_dist_infos_of_one_name_are_refused(tmp_path):
     with pytest.raises(EnvironmentProblem, match="2 transformers distributions"):
         find_distribution(site, "transformers")
 
+
+
+def test_a_dist_info_without_record_is_refused(tmp_path):
+    site = make_site(tmp_path)
+    (site / "transformers-4.46.3.dist-info/RECORD").unlink()
+    with pytest.raises(EnvironmentProblem) as info:
+        find_distribution(site, "transformers")
+    assert info.value.problem == "transformers-4.46.3.dist-info has no RECORD file."
+    assert info.value.fix == "reinstall with pip: pip install --force-reinstall --no-deps transformers."
+
+
+def test_a_record_that_is_not_text_is_refused(tmp_path):
+    site = make_site(tmp_path)
+    (site / "transformers-4.46.3.dist-info/RECORD").write_bytes(b"\xff\xfe\x00")
+    problem = r"^transformers-4.46.3.dist-info/RECORD cannot be read as text \("
+    with pytest.raises(EnvironmentProblem, match=problem):
+        find_distribution(site, "transformers")
+
+
+def test_dist_infos_without_name_or_version_are_skipped(tmp_path):
+    site = make_site(tmp_path)
+    for name, metadata in (("a-1.dist-info", "Name: transformers\n"), ("b-1.dist-info", "Version: 1\n")):
+        (site / name).mkdir()
+        (site / name / "METADATA").write_text(metadata)
+    (site / "c-1.dist-info").mkdir()  # no METADATA at all
+    dist = find_distribution(site, "transformers")
+    assert dist is not None and dist.dist_info == "transformers-4.46.3.dist-info"
 
 @pytest.fixture
 def manifest_data(tmp_path):
@@ -206,3 +235,65 @@ def test_shipped_manifest_and_patches_are_valid():
     for entry in manifest.patches.values():
         patch = parse_patch(read_patch_text(directory, entry), entry.path)
         assert (patch.id, patch.target) == (entry.id, entry.target)
+
+
+def test_lock_refuses_a_symbolic_link_in_place_of_its_directory(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    directory = tmp_path / ".ascend-env"
+    directory.symlink_to(elsewhere)
+    with pytest.raises(EnvironmentProblem) as info:
+        with locked(directory, timeout=1):
+            pass
+    assert info.value.problem == (
+        f"{directory} is a symbolic link (to {elsewhere}): ascend-env keeps its state only in a real "
+        "directory inside site-packages, so nothing was changed."
+    )
+    assert info.value.fix == f"remove the link (rm {directory}) and run the command again."
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_lock_timeout_names_the_lock_file_and_the_wait(tmp_path):
+    directory = tmp_path / ".ascend-env"
+    with locked(directory):
+        with pytest.raises(EnvironmentProblem) as info:
+            with locked(directory, timeout=0.1):
+                pass
+    assert info.value.problem == f"another ascend-env run has held {directory / 'lock'} for over 0 s."
+    assert info.value.fix == (
+        "wait for it to finish; if no ascend-env process is running, run the command again."
+    )
+    assert info.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("code", "problem"),
+    [
+        (
+            errno.EROFS,
+            "cannot write in {where}: its file system is mounted read-only, so nothing was changed.",
+        ),
+        (errno.EACCES, "cannot write in {where} ({reason}): site-packages is read-only for this user."),
+        (
+            errno.ENOSPC,
+            "cannot create {directory} ({reason}): its file system has no free space or inodes left, "
+            "or the user's quota is used up, so nothing was changed.",
+        ),
+        (errno.EIO, "cannot create {directory} or its lock file ({reason}), so nothing was changed."),
+    ],
+)
+def test_lock_file_that_cannot_be_created_is_explained(tmp_path, monkeypatch, code, problem):
+    directory = tmp_path / ".ascend-env"
+    real_open = os.open
+
+    def failing_open(path, *args, **kwargs):
+        if str(path) == str(directory / "lock"):
+            raise OSError(code, os.strerror(code))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", failing_open)
+    with pytest.raises(EnvironmentProblem) as info:
+        with locked(directory, timeout=1):
+            pass
+    assert info.value.problem == problem.format(where=tmp_path, directory=directory, reason=os.strerror(code))
+    assert info.value.__suppress_context__
