@@ -300,7 +300,6 @@ def _open_lock_file(directory: Path, path: Path) -> Optional[int]:
     try:
         make_dir(directory)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        match_owner(path, directory)
     except FileNotFoundError:
         return None  # removed between mkdir and open
     except FileExistsError:
@@ -309,6 +308,7 @@ def _open_lock_file(directory: Path, path: Path) -> Optional[int]:
         return None  # another run removed the directory while mkdir looked at it
     except OSError as exc:
         raise _cannot_create(directory, exc) from None
+    match_owner(path, directory)  # never raises: where chown is refused, the file stays as it is
     return fd
 
 
