@@ -42,7 +42,7 @@ class _Record:
 RECORD = _Record()
 
 
-def backend_release(source: str) -> Optional[str]:
+def _backend_release(source: str) -> Optional[str]:
     """The torch_npu release that ``source`` stands for, when it can be told."""
     if source == "ascend_env.sim":
         sim = sys.modules.get("ascend_env.sim")
@@ -148,7 +148,7 @@ def activate(source: str) -> List[str]:
     from ascend_env.kernels import isin as ops  # imports torch
     from ascend_env.kernels import registry as fixes
 
-    RECORD.release = backend_release(source) or RECORD.release
+    RECORD.release = _backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
     # functional overload still falls back.
     wanted = [fix for fix in fixes.FIXES if _lacks_kernel(fix)]

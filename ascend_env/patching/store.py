@@ -44,7 +44,7 @@ from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
 from ascend_env.utils import atomic, jsontext
 
 __all__ = [
-    "CRASH_ENV", "CRASH_POINTS", "Change", "Entry", "Journal", "State", "commit", "crash_point", "drift",
+    "CRASH_ENV", "CRASH_POINTS", "Change", "Entry", "Journal", "State", "commit", "drift",
     "file_sha256", "has_state", "locked", "locked_and_recovered", "read_state", "recover", "state_dir",
 ]
 
@@ -202,7 +202,7 @@ def drift(site_packages: Path) -> List[str]:
     return lines
 
 
-def cached_bytecode(path: Path) -> List[Path]:
+def _cached_bytecode(path: Path) -> List[Path]:
     """The ``.pyc`` files in ``__pycache__`` for the module ``path`` (every interpreter and
     optimisation level)."""
     return list((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
@@ -218,7 +218,7 @@ def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
 
     stale = []
     try:
-        candidates = sorted(cached_bytecode(path))
+        candidates = sorted(_cached_bytecode(path))
     except OSError:
         return []
     expected = None
@@ -382,7 +382,7 @@ CRASH_POINTS = (
 )
 
 
-def crash_point(label: str) -> None:
+def _crash_point(label: str) -> None:
     """Die at once, as ``kill -9`` would, when ``ASCEND_ENV_CRASH_AT`` names ``label`` (tests only)."""
     if os.environ.get(CRASH_ENV) == label:
         os._exit(137)
@@ -453,7 +453,7 @@ def _write_through(
             os.fchmod(handle.fileno(), mode)
             give_fd(handle.fileno(), owner)  # root writing another user's environment: keep it theirs
         if label:
-            crash_point(label + "-temp")
+            _crash_point(label + "-temp")
 
 
 def _write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
@@ -488,7 +488,7 @@ def _discard(site_packages: Path) -> None:
         pass
 
 
-def store_blob(site_packages: Path, data: bytes) -> str:
+def _store_blob(site_packages: Path, data: bytes) -> str:
     """Keep ``data`` in ``originals/`` under its sha256; returns the hash."""
     digest = _sha256_hex(data)
     directory = state_dir(site_packages) / ORIGINALS
@@ -530,7 +530,7 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
         )
     try:
         if change.after is None:
-            crash_point(f"change-{index}-temp")
+            _crash_point(f"change-{index}-temp")
             path.unlink()
             atomic.fsync_directory(path.parent)
         else:
@@ -544,7 +544,7 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
             )
     except OSError as exc:
         raise _write_failed(path, exc) from None
-    crash_point(f"change-{index}")
+    _crash_point(f"change-{index}")
 
 
 def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
@@ -557,7 +557,7 @@ def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
         return
     cache = path.parent / "__pycache__"
     try:
-        stale = [pyc for pyc in cached_bytecode(path) if pyc not in keep]
+        stale = [pyc for pyc in _cached_bytecode(path) if pyc not in keep]
         for pyc in stale:
             pyc.unlink()
     except FileNotFoundError:  # no __pycache__, or another process removed it
@@ -580,10 +580,10 @@ def _finish(site_packages: Path, journal: Journal) -> None:
         _apply_change(site_packages, change, index, written)
     if journal.state is not None:
         write_atomic(directory / STATE_FILE, journal.state.to_json(), directory / TMP)
-        crash_point("state")
+        _crash_point("state")
         (directory / JOURNAL_FILE).unlink()
         atomic.fsync_directory(directory)
-        crash_point("commit")
+        _crash_point("commit")
         keep = {entry.before for entry in journal.state.entries if entry.before}
         _clean(directory, keep)
     else:
@@ -592,12 +592,12 @@ def _finish(site_packages: Path, journal: Journal) -> None:
             (directory / STATE_FILE).unlink()
         except FileNotFoundError:
             pass
-        crash_point("state")
+        _crash_point("state")
         (directory / JOURNAL_FILE).unlink()
         atomic.fsync_directory(directory)
-        crash_point("commit")
+        _crash_point("commit")
         remove_directory(site_packages)
-    crash_point("cleanup")
+    _crash_point("cleanup")
 
 
 def _clean(directory: Path, keep: Iterable[str]) -> None:
@@ -636,13 +636,13 @@ def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) ->
         for digest in sorted(needed):
             if _sha256_hex(blobs[digest]) != digest:
                 raise ValueError(f"commit: bytes do not hash to {digest}")
-            store_blob(site_packages, blobs[digest])
-            crash_point("blob")
+            _store_blob(site_packages, blobs[digest])
+            _crash_point("blob")
         if needed:
             atomic.fsync_directory(directory / ORIGINALS)
-        crash_point("blobs")
+        _crash_point("blobs")
         write_atomic(directory / JOURNAL_FILE, journal.to_json(), directory / TMP, label="journal")
-        crash_point("journal")
+        _crash_point("journal")
     except OSError as exc:
         _discard(site_packages)
         raise _write_failed(directory, exc) from None
