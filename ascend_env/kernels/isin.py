@@ -236,33 +236,46 @@ def isin(
     """
     if value_bound is not None:
         _check_bound(value_bound, elements, test_elements)
-    if isinstance(elements, Tensor):
-        if isinstance(test_elements, Tensor):
-            # The fast path's sizes (few pairs) leave the bound out: a table seldom pays there.
-            if value_bound is not None and (
-                elements.numel() >= _SCAN_MIN_N or test_elements.numel() >= _SMALL_T
-            ):
-                return _tensor_tensor(elements, test_elements, invert, out, value_bound)
-            if out is None:
-                return isin_tensor_tensor(elements, test_elements, invert=invert)
-            return isin_tensor_tensor_out(
-                elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
-            )
-        if out is None:
-            return isin_tensor_scalar(elements, test_elements, assume_unique=assume_unique, invert=invert)
-        return isin_tensor_scalar_out(
-            elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
-        )
-    if isinstance(test_elements, Tensor):
-        if out is None:
-            return isin_scalar_tensor(elements, test_elements, assume_unique=assume_unique, invert=invert)
-        return isin_scalar_tensor_out(
-            elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
-        )
-    raise TypeError(
-        "isin() needs at least one tensor argument, got "
-        f"{type(elements).__name__} and {type(test_elements).__name__}"
+    if not isinstance(elements, Tensor):
+        return _scalar_elements(elements, test_elements, assume_unique, invert, out)
+    if not isinstance(test_elements, Tensor):
+        return _scalar_test_elements(elements, test_elements, assume_unique, invert, out)
+    # The fast path's sizes (few pairs) leave the bound out: a table seldom pays there.
+    if value_bound is not None and (elements.numel() >= _SCAN_MIN_N or test_elements.numel() >= _SMALL_T):
+        return _tensor_tensor(elements, test_elements, invert, out, value_bound)
+    if out is None:
+        return isin_tensor_tensor(elements, test_elements, invert=invert)
+    return isin_tensor_tensor_out(
+        elements, test_elements, assume_unique=assume_unique, invert=invert, out=out
     )
+
+
+def _scalar_test_elements(
+    elements: Tensor, test_element: Scalar, assume_unique: bool, invert: bool, out: Optional[Tensor]
+) -> Tensor:
+    """:func:`isin` of a tensor and a Python scalar: the ``Tensor_Scalar`` kernels."""
+    if out is None:
+        return isin_tensor_scalar(elements, test_element, assume_unique=assume_unique, invert=invert)
+    return isin_tensor_scalar_out(elements, test_element, assume_unique=assume_unique, invert=invert, out=out)
+
+
+def _scalar_elements(
+    element: Scalar,
+    test_elements: Union[Tensor, Scalar],
+    assume_unique: bool,
+    invert: bool,
+    out: Optional[Tensor],
+) -> Tensor:
+    """:func:`isin` of a Python scalar and a tensor (the ``Scalar_Tensor`` kernels), or of two scalars,
+    which native refuses too."""
+    if not isinstance(test_elements, Tensor):
+        raise TypeError(
+            "isin() needs at least one tensor argument, got "
+            f"{type(element).__name__} and {type(test_elements).__name__}"
+        )
+    if out is None:
+        return isin_scalar_tensor(element, test_elements, assume_unique=assume_unique, invert=invert)
+    return isin_scalar_tensor_out(element, test_elements, assume_unique=assume_unique, invert=invert, out=out)
 
 
 # -- the aten overloads ---------------------------------------------------------------------------
@@ -272,31 +285,31 @@ def isin_tensor_tensor(
     elements: Tensor, test_elements: Tensor, *, assume_unique: bool = False, invert: bool = False
 ) -> Tensor:
     """``aten::isin.Tensor_Tensor``."""
+    # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
+    # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n. A 1-d
+    # result is contiguous whatever the elements' stride, as natively: the last tokens transformers
+    # passes, input_ids[:, -1], are a strided column. Empty elements or test elements need no branch
+    # of their own: eq gives an empty product, which any() (all()) reduces to False (True), as
+    # natively. One check at a time, as each is a call and this path runs on every decoding step.
     dtype = elements.dtype
-    if dtype is test_elements.dtype and dtype in _SMALL_DTYPES and test_elements.dim() == 1:
-        # Few pairs (end-of-sequence ids): one to three ops, no allocation, no flattening. The same
-        # dtype means no promotion rule applies; t < 10 is native's brute-force path for any n.
-        # A 1-d result is contiguous whatever the elements' stride, as natively: the last tokens
-        # transformers passes, input_ids[:, -1], are a strided column. Empty elements or test
-        # elements need no branch of their own: eq gives an empty product, which any() (all())
-        # reduces to False (True), as natively. One check at a time, as each is a call and this
-        # path runs on every decoding step.
-        t = test_elements.numel()
-        if (
-            t < _SMALL_T
-            and (n := elements.numel()) < _SCAN_MIN_N
-            and ((d := elements.dim()) == 1 or elements.is_contiguous())
-        ):
-            if t == 1 and d:
-                return elements.ne(test_elements) if invert else elements.eq(test_elements)
-            if n == 1 and d == 1:  # one sequence: no unsqueeze
-                if invert:
-                    return test_elements.ne(elements).all(-1, keepdim=True)
-                return test_elements.eq(elements).any(-1, keepdim=True)
-            if invert:
-                return elements.unsqueeze(-1).ne(test_elements).all(-1)
-            return elements.unsqueeze(-1).eq(test_elements).any(-1)
-    return _tensor_tensor(elements, test_elements, invert, None, None)
+    if (
+        dtype is not test_elements.dtype
+        or dtype not in _SMALL_DTYPES
+        or test_elements.dim() != 1
+        or (t := test_elements.numel()) >= _SMALL_T
+        or (n := elements.numel()) >= _SCAN_MIN_N
+        or ((d := elements.dim()) != 1 and not elements.is_contiguous())
+    ):
+        return _tensor_tensor(elements, test_elements, invert, None, None)
+    if t == 1 and d:
+        return elements.ne(test_elements) if invert else elements.eq(test_elements)
+    if n == 1 and d == 1:  # one sequence: no unsqueeze
+        if invert:
+            return test_elements.ne(elements).all(-1, keepdim=True)
+        return test_elements.eq(elements).any(-1, keepdim=True)
+    if invert:
+        return elements.unsqueeze(-1).ne(test_elements).all(-1)
+    return elements.unsqueeze(-1).eq(test_elements).any(-1)
 
 
 def isin_tensor_tensor_out(
@@ -517,12 +530,8 @@ def _membership(
     :func:`isin`'s ``value_bound``: the ``table`` strategy then also serves 32 and 64-bit integers.
     """
     n, t = elements.numel(), test.numel()
-    if n == 0:
-        return torch.empty(elements.shape, dtype=torch.bool, device=elements.device)
-    if t == 0:
-        if dst is None:
-            return torch.full(elements.shape, invert, dtype=torch.bool, device=elements.device)
-        return dst.fill_(invert).view(elements.shape)
+    if n == 0 or t == 0:
+        return _without_pairs(elements, n, invert, dst)
     if elements.dtype != dtype:
         elements = _cast(elements, dtype)
     if test.dtype != dtype:
@@ -535,15 +544,7 @@ def _membership(
         and n * t <= _BROADCAST_MAX
         and (elements.dim() == 1 or elements.is_contiguous())
     ):
-        # Small inputs: no allocation, no flattening of the elements (a 1-d result is contiguous).
-        if test.dim() != 1:
-            test = _flat(test)
-        if t == 1:
-            test = test.view(())
-            return torch.ne(elements, test) if invert else torch.eq(elements, test)
-        if invert:
-            return torch.all(torch.ne(elements.unsqueeze(-1), test), -1)
-        return torch.any(torch.eq(elements.unsqueeze(-1), test), -1)
+        return _broadcast(elements, test, t, invert)
     if dst is None:
         dst = torch.empty(n, dtype=torch.bool, device=elements.device)
     if strategy == "table":
@@ -551,6 +552,29 @@ def _membership(
     else:
         STRATEGIES[strategy](_flat(elements), _flat(test), invert, dst)
     return dst.view(elements.shape)
+
+
+def _without_pairs(elements: Tensor, n: int, invert: bool, dst: Optional[Tensor]) -> Tensor:
+    """:func:`_membership` when ``n`` (the number of elements) or the number of test elements is 0:
+    an empty result, else ``invert`` everywhere (in ``dst`` when given)."""
+    if n == 0:
+        return torch.empty(elements.shape, dtype=torch.bool, device=elements.device)
+    if dst is None:
+        return torch.full(elements.shape, invert, dtype=torch.bool, device=elements.device)
+    return dst.fill_(invert).view(elements.shape)
+
+
+def _broadcast(elements: Tensor, test: Tensor, t: int, invert: bool) -> Tensor:
+    """The ``brute`` strategy for small inputs (``t`` test elements), elements contiguous or 1-d:
+    no allocation, no flattening of the elements (a 1-d result is contiguous)."""
+    if test.dim() != 1:
+        test = _flat(test)
+    if t == 1:
+        test = test.view(())
+        return torch.ne(elements, test) if invert else torch.eq(elements, test)
+    if invert:
+        return torch.all(torch.ne(elements.unsqueeze(-1), test), -1)
+    return torch.any(torch.eq(elements.unsqueeze(-1), test), -1)
 
 
 def choose_strategy(n: int, t: int, dtype: torch.dtype, bound: Optional[int] = None) -> str:
@@ -701,16 +725,31 @@ def _lookup_table(
         raise ValueError(f"the table strategy needs a value bound for {elements.dtype}")
     else:
         low, size = -1, bound + 2
+    table = _marked_table(test, invert, low, size, bound, elements.device)
+    _read_table(table, elements, low, bound, dst)
+
+
+def _marked_table(
+    test: Tensor, invert: bool, low: int, size: int, bound: Optional[int], device: torch.device
+) -> Tensor:
+    """:func:`_lookup_table`'s table of ``size`` slots on ``device``, slot ``value - low``: ``not
+    invert`` where a test element lies, ``invert`` elsewhere and at the two slots beyond a bound."""
     slots = test if bound is None else test.clamp(-1, bound)
     if slots is test or slots.dtype != torch.int64:  # scatter_ takes int64 positions only
         slots = _cast(slots, torch.int64)
     if low:
         slots.sub_(low)
-    table = torch.full((size,), invert, dtype=torch.bool, device=elements.device)
+    table = torch.full((size,), invert, dtype=torch.bool, device=device)
     table.scatter_(0, slots, not invert)
     if bound is not None:
         _part(table, 0, 1).fill_(invert)
         _part(table, bound + 1, 1).fill_(invert)
+    return table
+
+
+def _read_table(table: Tensor, elements: Tensor, low: int, bound: Optional[int], dst: Tensor) -> None:
+    """Fill ``dst`` with ``table``'s slot of each element (clamped to ``-1 .. bound`` for a bound),
+    chunk by chunk through int32 positions."""
     n = elements.numel()
     # Per chunk: the int32 positions, and for a bound the clamped values (in place when int32).
     wide = bound is not None and elements.dtype != torch.int32

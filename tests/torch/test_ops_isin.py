@@ -396,6 +396,20 @@ def test_bfloat16_as_the_running_torch_does(elements, test):
 def test_two_scalars_is_a_type_error():
     with pytest.raises(TypeError):
         isin(1, 2)
+    # The message names both types, with out= and with a bound (checked first) alike.
+    message = r"^isin\(\) needs at least one tensor argument, got {} and {}$"
+    with pytest.raises(TypeError, match=message.format("int", "float")):
+        isin(1, 2.0, out=torch.empty(0, dtype=torch.bool))
+    with pytest.raises(TypeError, match=message.format("bool", "int")):
+        isin(True, 2, value_bound=10)
+
+
+def test_table_of_wide_integers_needs_a_bound():
+    elements, test = torch.arange(40, dtype=torch.int32), torch.tensor([1, 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^the table strategy needs a value bound for torch.int32$"):
+        ops._membership(elements, test, torch.int32, False, None, strategy="table")
+    got = ops._membership(elements, test, torch.int32, True, None, strategy="table", bound=40)
+    assert torch.equal(got, ~torch.isin(elements, test))
 
 
 @st.composite
