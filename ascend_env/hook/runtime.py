@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, TextIO, TypedDict
 
 from ascend_env.hook import files as hook
 
@@ -211,7 +211,22 @@ def guard_compile_mode(source: str) -> compile_guard.Decision:
     return compile_guard.apply(decision, torch_npu.npu.set_compile_mode, torch.npu.config)  # type: ignore[attr-defined]
 
 
-def status() -> Dict[str, Any]:
+class HookStatus(TypedDict):
+    """What :func:`status` returns (``status --json`` and ``verify --json`` show it as ``hook``)."""
+
+    hook_started: bool
+    disabled: bool
+    waiting_for: Optional[str]
+    events: List[str]
+    release: Optional[str]
+    registered: List[str]
+    native: List[str]
+    drift: List[str]
+    errors: List[str]
+    compile_guard: Optional[Dict[str, Any]]
+
+
+def status() -> HookStatus:
     """The in-process record of the startup hook and of what it registered.
 
     ``native`` lists the fixes left alone: their op has an NPU kernel, or its ``out=`` form has.
