@@ -132,11 +132,18 @@ class State:
             raise _not_valid(source, "state file", exc) from None
 
 
+def _start_over(directory: Path, then: str = "") -> str:
+    """The fix for a damaged or foreign ``.ascend-env``: transformers as its wheel has it, and the
+    directory gone (the version pinned: a newer transformers may need other patches)."""
+    command = reinstall("transformers", "<version>")
+    return f"reinstall transformers ({command}), then delete {directory}{then}."
+
+
 def _not_valid(source: str, what: str, exc: Exception) -> EnvironmentProblem:
     """``state.json`` or ``journal.json`` cannot be read: the way back is a clean reinstall."""
     return EnvironmentProblem(
         f"{source} is not a valid ascend-env {what} ({exc}).",
-        f"reinstall transformers ({reinstall('transformers')}), then delete {Path(source).parent}.",
+        _start_over(Path(source).parent),
     )
 
 
@@ -168,8 +175,7 @@ def read_state(site_packages: Path) -> Optional[State]:
     except json.JSONDecodeError as exc:
         raise EnvironmentProblem(
             f"{path} is not JSON ({exc.msg}).",
-            f"reinstall transformers ({reinstall('transformers')}), then delete "
-            f"{path.parent}.",
+            _start_over(path.parent),
         ) from None
     return State.from_json(data, str(path))
 
@@ -509,8 +515,7 @@ def read_blob(site_packages: Path, digest: str) -> bytes:
     if data is None or _sha256_hex(data) != digest:
         raise EnvironmentProblem(
             f"the recorded bytes {path} are missing or damaged.",
-            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
-            f"then delete {path.parent.parent}.",
+            _start_over(path.parent.parent),
         )
     return data
 
@@ -525,8 +530,7 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
         raise EnvironmentProblem(
             f"{change.path} changed while an ascend-env run was interrupted "
             f"(sha256 {current or 'missing'}, expected {change.before or 'missing'} or {change.after}).",
-            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
-            f"then delete {state_dir(site_packages)} and run install again.",
+            _start_over(state_dir(site_packages), " and run install again"),
         )
     try:
         if change.after is None:
@@ -662,8 +666,7 @@ def read_journal(site_packages: Path) -> Optional[Journal]:
     except (OSError, ValueError) as exc:
         raise EnvironmentProblem(
             f"cannot read the journal {path} ({exc}).",
-            f"reinstall transformers ({reinstall('transformers', '<version>')}), "
-            f"then delete {path.parent}.",
+            _start_over(path.parent),
         ) from None
     return Journal.from_json(data, str(path))
 
