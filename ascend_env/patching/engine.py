@@ -319,7 +319,7 @@ def inspect(
     return inspection
 
 
-def _unknown(dist: Distribution, manifest_dir: Optional[Path]) -> EnvironmentProblem:
+def _unknown(dist: Distribution) -> EnvironmentProblem:
     return EnvironmentProblem(
         f"transformers {dist.version} is not a release this ascend-env has patches for "
         f"(a development or local build, or a release newer than its manifest).",
@@ -459,13 +459,13 @@ def _inspect_for_install(site_packages: Path, patches: str, directory: Path) -> 
     return inspect(site_packages, None, directory)
 
 
-def _release_reason(inspection: Inspection, directory: Path) -> Optional[str]:
+def _release_reason(inspection: Inspection) -> Optional[str]:
     """Refuse a release the manifest does not know; why a known one needs no patch, if it does not."""
     outcome, dist = inspection.outcome, inspection.distribution
     # Only a hook-only plan (--patches never, no transformers) has no distribution.
     if isinstance(outcome, UnknownRelease):
         assert dist is not None
-        raise _unknown(dist, directory)
+        raise _unknown(dist)
     if isinstance(outcome, NothingToDo):
         assert dist is not None
         return f"transformers {dist.version} needs no patch: {outcome.why}"
@@ -599,7 +599,7 @@ def _plan_install(
     planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version))
     files = inspection.files if wanted else []
     if wanted:
-        report.reason = _release_reason(inspection, directory) or report.reason
+        report.reason = _release_reason(inspection) or report.reason
     _refuse_conflicts(files)
     planner.patch_files(files, dist)
     planner.add_extra_files(extra_files or {})
@@ -919,7 +919,7 @@ def status(
         )
     else:
         recorded = _recorded(site_packages, state)
-        verdict = recorded or _by_release(site_packages, inspection, directory, search_sys_path)
+        verdict = recorded or _by_release(site_packages, inspection, search_sys_path)
     return StatusReport(where, dist.version, inspection.files, state, verdict)
 
 
@@ -937,16 +937,14 @@ def _recorded(site_packages: Path, state: Optional[State]) -> Optional[StatusVer
     return None  # only the startup hook was installed
 
 
-def _by_release(
-    site_packages: Path, inspection: Inspection, directory: Optional[Path], search_sys_path: bool
-) -> StatusVerdict:
+def _by_release(site_packages: Path, inspection: Inspection, search_sys_path: bool) -> StatusVerdict:
     """The status that the release and its files give, with nothing recorded for them."""
     outcome, dist = inspection.outcome, inspection.distribution
     assert dist is not None
     if isinstance(outcome, NothingToDo):
         return StatusVerdict("nothing to do", 0, detail=f"transformers {dist.version}: {outcome.why}")
     if isinstance(outcome, UnknownRelease):
-        raise _unknown(dist, directory)
+        raise _unknown(dist)
     kinds = {f.status for f in inspection.files}
     if kinds == {"applied"}:
         return StatusVerdict("applied", 0, detail="patched outside ascend-env (no state recorded for them)")

@@ -105,7 +105,7 @@ def _split_name(wheel: Path) -> Tuple[str, Version, str]:
     return str(name), version, "-".join(tags)
 
 
-def _dist_info(names: List[str], project: str, version: str) -> str:
+def _dist_info(names: List[str], project: str) -> str:
     wanted = canonicalize_name(project)
     found = sorted(
         {
@@ -196,7 +196,7 @@ def patch_wheel(
     path = output_dir / f"{stem}-{new_version}-{tags}.whl"
     with archive:
         source = _source(wheel, project, str(version), archive)
-        old_info = _dist_info(list(source.members), project, str(version))
+        old_info = _dist_info(list(source.members), project)
         new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
         changed = _patched_members(source, release, manifest, directory)
         changed.update(_new_metadata(source, old_info, new_version))
