@@ -28,13 +28,6 @@ class _Library:
 
 
 @pytest.fixture
-def record(monkeypatch):
-    fresh = runtime._Record()
-    monkeypatch.setattr(runtime, "RECORD", fresh)
-    return fresh
-
-
-@pytest.fixture
 def events(monkeypatch, record) -> List[str]:
     events: List[str] = []
 

@@ -13,13 +13,6 @@ from ascend_env.patching import engine
 
 
 @pytest.fixture
-def record(monkeypatch):
-    fresh = runtime._Record()
-    monkeypatch.setattr(runtime, "RECORD", fresh)
-    return fresh
-
-
-@pytest.fixture
 def site(tmp_path: Path) -> Path:
     site = make_site(tmp_path)
     engine.install(site, patches="always", directory=make_patches(tmp_path))
