@@ -526,13 +526,12 @@ def _compile_check(runs: Sequence[Smoke]) -> Optional[Check]:
     record = next((s.report["compile"] for s in runs if "compile" in s.report), None)
     if record is None:
         return None
-    soc = record.get("soc")
-    said = "on" if record.get("jit_compile") else "off"
     if "steady_would_compile" in record:
         return _simulated_compile_check(record)
     if "unmodelled" in record:
+        said = "on" if record.get("jit_compile") else "off"
         return Check.passed("compile mode", f"not modelled ({record['unmodelled']}); JIT compile {said} "
-                            f"on simulated {soc}")
+                            f"on simulated {record.get('soc')}")
     lines = [line for s in runs for line in s.stderr.splitlines() if LOW_PERFORMANCE_64BIT in line]
     return _device_compile_check(record, lines)
 
