@@ -7,6 +7,8 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``silencers``: whatever in its own environment would still hide torch_npu's fallback line;
 - ``installation``: the patch state (manifest hashes) and the startup hook's files;
 - ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers) or the simulator;
+- ``imports``: how torch_npu was imported (``--imports``: through transformers' or accelerate's
+  availability check, as real programs reach it, or directly), and by which module file;
 - ``steps``: ``isin`` (every overload, ``out=`` included, against the CPU) and ``generate`` (a
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
@@ -40,6 +42,10 @@ SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", 
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
 STEPS = ("isin", "generate")
 DEVICES = ("auto", "npu", "sim")
+#: How the smoke test's process reaches torch_npu, as real programs do: transformers' availability
+#: check (a ``find_spec`` probe, then the import), accelerate's (at ``import accelerate``), or a
+#: plain ``import torch_npu``.
+IMPORTS = ("transformers", "accelerate", "direct")
 
 # The generate() step: a tiny config-built Llama and the options that make transformers call isin.
 PROMPT = [[5, 6, 7, 8], [9, 10, 11, 12]]
@@ -122,12 +128,35 @@ def _keep_fallback_disable(honoured: bool) -> bool:
     return os.environ.get(FALLBACK_DISABLE) == "1"
 
 
-def _start_npu() -> Dict[str, Any]:
-    """Import torch and torch_npu and ask ``npu:0`` to answer; raises when it cannot."""
+def import_torch_npu(order: str) -> Dict[str, Any]:
+    """Import torch_npu the way ``order`` (one of :data:`IMPORTS`) says; what was done."""
+    import torch  # noqa: F401 - every order imports torch first, as programs do
+
+    done: Dict[str, Any] = {"order": order}
+    if order == "transformers":
+        import transformers.utils
+
+        done["available"] = bool(transformers.utils.is_torch_npu_available())
+    elif order == "accelerate":
+        if importlib.util.find_spec("accelerate") is None:
+            done["skipped"] = "accelerate is not installed"
+        else:
+            import accelerate  # noqa: F401 - its import checks for an NPU: a probe, then torch_npu
+
+    import torch_npu
+
+    done["module"] = getattr(torch_npu, "__file__", None)
+    return done
+
+
+def _start_npu(order: str) -> Dict[str, Any]:
+    """Import torch and torch_npu (as ``order`` says) and ask ``npu:0`` to answer; raises when it
+    cannot."""
     release = _torch_npu_release()
     in_force = _keep_fallback_disable(_honours_fallback_disable(release))
+    imports = import_torch_npu(order)
     import torch
-    import torch_npu  # noqa: F401
+    import torch_npu
 
     # torch.npu is torch_npu's, set by its import; torch's own types do not declare it.
     if not torch.npu.is_available() or torch.npu.device_count() < 1:  # type: ignore[attr-defined]
@@ -136,12 +165,13 @@ def _start_npu() -> Dict[str, Any]:
     return {
         "kind": "npu", "release": getattr(torch_npu, "__version__", release),
         "name": str(torch.npu.get_device_name(0)),  # type: ignore[attr-defined]
-        "fallback_disable": in_force,
+        "fallback_disable": in_force, "imports": imports,
     }
 
 
-def _start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
-    """Enable the simulated NPU with the table ``ascend_env.checks.audit.choose_table`` picks."""
+def _start_simulator(torch_npu: Optional[str], order: str) -> Dict[str, Any]:
+    """Enable the simulated NPU with the table ``ascend_env.checks.audit.choose_table`` picks, then
+    import its torch_npu as ``order`` says (so the startup hook hears of it as of a real one)."""
     from ascend_env.checks import audit
     from ascend_env.sim import optables, startup
 
@@ -153,7 +183,7 @@ def _start_simulator(torch_npu: Optional[str]) -> Dict[str, Any]:
     in_force = _keep_fallback_disable(honoured)
     startup.enable(table)
     return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
-            "fallback_disable": in_force}
+            "fallback_disable": in_force, "imports": import_torch_npu(order)}
 
 
 def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
@@ -296,13 +326,17 @@ def _reset(kind: str) -> None:
         sim.reset()
 
 
-def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Sequence[str]) -> None:
-    """Fill ``report``; see the module docstring for its keys."""
+def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Sequence[str],
+        order: str = IMPORTS[0]) -> None:
+    """Fill ``report``; see the module docstring for its keys. Without ``steps``, only the backend
+    starts and the hook's record is taken (a process that checks one import order)."""
     report["silencers"] = silencers(os.environ)
-    report["installation"] = installation()
-    backend = _start_backend(report, device, torch_npu)
+    if steps:
+        report["installation"] = installation()
+    backend = _start_backend(report, device, torch_npu, order)
     if backend is None:
         return
+    report["imports"] = backend.pop("imports")
     report["backend"] = backend
     import torch
 
@@ -321,14 +355,16 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
         report["compile"] = _compile_record(torch, backend, unmodelled)
 
 
-def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]) -> Optional[Dict[str, Any]]:
+def _start_backend(
+    report: Dict[str, Any], device: str, torch_npu: Optional[str], order: str
+) -> Optional[Dict[str, Any]]:
     """The NPU or the simulator, as ``device`` asks; None (the reason in ``report``) when it
     cannot start."""
     if device == "auto" and importlib.util.find_spec("torch_npu") is None:
         device, report["simulator_reason"] = "sim", "torch_npu is not installed"
     if device in ("auto", "npu"):
         try:
-            return _start_npu()
+            return _start_npu(order)
         except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
             report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
             return None
@@ -337,7 +373,7 @@ def _start_backend(report: Dict[str, Any], device: str, torch_npu: Optional[str]
     except Exception as exc:
         report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
         return None
-    return _start_simulator(torch_npu)
+    return _start_simulator(torch_npu, order)
 
 
 def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, Any]:
@@ -359,6 +395,8 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--torch-npu", metavar="VERSION", help="the simulated torch_npu release")
     parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated: isin, generate")
+    parser.add_argument("--imports", choices=IMPORTS, default=IMPORTS[0],
+                        help="how to reach torch_npu: transformers' or accelerate's check, or directly")
     return parser.parse_args(argv)
 
 
@@ -371,7 +409,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            run(report, args.device, args.torch_npu, steps)
+            run(report, args.device, args.torch_npu, steps, args.imports)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails with it
         from ascend_env.exceptions import AscendEnvError
 

@@ -13,15 +13,23 @@ listed as a finding (a failure with ``--strict``) instead of aborting generation
 the variable once per process, so on a real NPU that step runs in a second process (the simulator
 reads it at each fallback, so the child drops it in place).
 
-Which device: the real ``npu:0`` when torch_npu imports and a device answers; otherwise, or with
-``--simulate`` or ``--torch-npu``, the simulator. When torch_npu is installed but does not start (no
-CANN, no device: a Docker build step), the smoke test runs again on the simulator, with
+Which device (``--device``): ``npu`` runs on ``npu:0`` or fails; ``sim`` (also ``--simulate``,
+``--torch-npu``) on the simulator; ``auto`` (the default) on ``npu:0`` when torch_npu imports and a
+device answers. When torch_npu is installed but does not start, ``auto`` tells two machines apart:
+one with an NPU (``/dev/davinci<N>``, or ``npu-smi info`` lists one), where that is a failure that
+names the cause and the fix (CANN's ``set_env.sh`` not sourced, the everyday mistake), and one
+without (a Docker build step), where the smoke test runs again on the simulator, with
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` so that torch_npu cannot break ``import torch``, and the report
 says why. On the simulator the fd-2 line is cross-checked against the simulator's own counts.
+
+The main smoke test reaches torch_npu through transformers' availability check (a ``find_spec``
+probe, then the import), as most programs do; two more processes reach it through ``import
+accelerate`` and a plain import. In each, the startup hook must have heard of torch_npu.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -35,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
-from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
+from ascend_env.checks.smoke import FALLBACK_DISABLE, IMPORTS, SILENCERS, STEPS
+from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
 from ascend_env.utils.pyflags import child_flags
 
@@ -50,6 +59,7 @@ BROKEN_PATCH_STATES = ("drifted", "interrupted", "partly applied", "conflict")
 
 SCHEMA = 1
 Device = Literal["npu", "simulator"]
+DEVICES = ("auto", "npu", "sim")
 
 _LINE = re.compile(
     r"CAUTION: The operator '([^']+)' is not currently supported on the NPU backend and will fall back"
@@ -100,6 +110,7 @@ class Smoke:
     stderr: str = ""
     returncode: int = 0
     seconds: float = 0.0
+    imports: str = IMPORTS[0]
 
 
 @dataclass
@@ -111,6 +122,7 @@ class Options:
     torch_npu: Optional[str] = None
     strict: bool = False
     timeout: float = TIMEOUT
+    device: str = "auto"  # one of DEVICES; "sim" is what simulate says
 
 
 @dataclass(frozen=True)
@@ -194,14 +206,14 @@ class VerifyResult:
 
 
 def run_smoke(
-    options: Options, device: str, steps: Sequence[str], env: Mapping[str, str]
+    options: Options, device: str, steps: Sequence[str], env: Mapping[str, str], imports: str = IMPORTS[0]
 ) -> Smoke:
     """Run ``python -m ascend_env.checks.smoke`` once and collect its report and fd 2."""
-    smoke = Smoke(device=device, steps=list(steps))
+    smoke = Smoke(device=device, steps=list(steps), imports=imports)
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
         started = time.monotonic()
-        done = _run_child(options, _smoke_command(options, report, device, steps), env)
+        done = _run_child(options, _smoke_command(options, report, device, steps, imports), env)
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
@@ -211,9 +223,11 @@ def run_smoke(
     return smoke
 
 
-def _smoke_command(options: Options, report: Path, device: str, steps: Sequence[str]) -> List[str]:
+def _smoke_command(
+    options: Options, report: Path, device: str, steps: Sequence[str], imports: str
+) -> List[str]:
     command = [options.python, *child_flags(options.python), "-m", "ascend_env.checks.smoke",
-               "--report", str(report), "--device", device, "--steps", ",".join(steps)]
+               "--report", str(report), "--device", device, "--steps", ",".join(steps), "--imports", imports]
     if options.torch_npu:
         command += ["--torch-npu", options.torch_npu]
     return command
@@ -275,25 +289,67 @@ def _resolved(options: Options) -> Options:
 
 def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke], Optional[str]]:
     """Every smoke test process ``options`` call for, and why the simulator ran (None: it did not)."""
-    reason = None
-    if options.simulate or options.torch_npu:
-        reason = "--torch-npu was given" if options.torch_npu else "--simulate was given"
-    device = "sim" if reason else "auto"
+    device, reason = _chosen_device(options)
     first = run_smoke(options, device, STEPS,
                       child_environment(environ, simulate=device == "sim", fallback_disable=True))
     if device == "auto" and "device_error" in first.report:
+        has_npu, evidence = machine.has_npu()
+        if has_npu:  # torch_npu cannot start on a machine with an NPU: a failure, never a simulated pass
+            first.report["npu_machine"] = evidence
+            first.report["cann"] = _cann_fix(environ)
+            return [first], None
         why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
-        reason = f"torch_npu is installed but did not start ({why})"
+        reason = f"torch_npu is installed but did not start ({why}), and this machine has no NPU ({evidence})"
         first = run_smoke(options, "sim", STEPS,
                           child_environment(environ, simulate=True, fallback_disable=True))
     reason = reason or first.report.get("simulator_reason")
     runs = [first]
+    kind = first.report.get("backend", {}).get("kind")
+    device = "npu" if kind == "npu" else "sim"
     if "generate" in first.report.get("deferred", []):
         # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: generate() needs its own.
-        device = "npu" if first.report.get("backend", {}).get("kind") == "npu" else "sim"
         runs.append(run_smoke(options, device, ["generate"],
                               child_environment(environ, simulate=device == "sim", fallback_disable=False)))
+    if kind is not None:
+        env = child_environment(environ, simulate=device == "sim", fallback_disable=False)
+        runs += _import_order_runs(options, device, env)
     return runs, reason
+
+
+def _chosen_device(options: Options) -> Tuple[str, Optional[str]]:
+    """The smoke test's ``--device`` and, for the simulator, why."""
+    if options.device not in DEVICES:
+        raise UsageError(f"--device {options.device}: not one of {', '.join(DEVICES)}.",
+                         "pass --device npu, sim or auto")
+    if options.torch_npu:
+        if options.device == "npu":
+            raise UsageError("--torch-npu simulates a release's op table, so it cannot run on --device npu.",
+                             "drop --torch-npu to verify the real NPU, or --device npu to simulate")
+        return "sim", "--torch-npu was given"
+    if options.simulate or options.device == "sim":
+        return "sim", "--simulate was given" if options.simulate else "--device sim was given"
+    return options.device, None
+
+
+def _import_order_runs(options: Options, device: str, env: Mapping[str, str]) -> List[Smoke]:
+    """One process per other way of reaching torch_npu (``import accelerate``, a plain import),
+    run side by side: each only starts the backend and keeps the hook's record."""
+    others = [order for order in IMPORTS if order != IMPORTS[0]]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(others)) as pool:
+        return list(pool.map(lambda order: run_smoke(options, device, [], env, order), others))
+
+
+_SET_ENV = "<toolkit>/set_env.sh (e.g. in /usr/local/Ascend/ascend-toolkit)"
+
+
+def _cann_fix(environ: Mapping[str, str]) -> str:
+    """How to set CANN's environment up, naming its ``set_env.sh`` where one is found."""
+    from ascend_env.detect import cann
+
+    toolkit = cann.find_toolkit(environ)
+    script = cann.set_env_script(toolkit.root) if toolkit.root is not None else None
+    where = str(script) if script is not None else _SET_ENV
+    return f"source {where} in this shell (CANN's libraries), then verify again"
 
 
 # -- judging -------------------------------------------------------------------------------------
@@ -379,9 +435,24 @@ def _process_checks(smoke: Smoke) -> List[Check]:
         checks.append(Check.failed("torch", f"import torch failed: {smoke.report['torch_error']}",
                                    "reinstall torch in that Python, then check: python -c 'import torch'"))
     if "device_error" in smoke.report:
-        checks.append(Check.failed("device", f"npu:0 did not start: {smoke.report['device_error']}",
-                                   "check the NPU with npu-smi info, or run verify --simulate"))
+        checks.append(_device_check(smoke.report))
     return checks
+
+
+def _device_check(report: Mapping[str, Any]) -> Check:
+    """The failed check of a torch_npu that did not start; on a machine with an NPU, with the cause."""
+    error = str(report["device_error"])
+    evidence = report.get("npu_machine")
+    if evidence is None:
+        return Check.failed("device", f"npu:0 did not start: {error}",
+                            "check the NPU with npu-smi info, or run verify --device sim")
+    detail = f"this machine has an NPU ({evidence}), but torch_npu did not start: {error}"
+    if ".so" in error or "libhccl" in error or "libascend" in error:
+        return Check.failed("device", detail + " (CANN's libraries are not on the library path)",
+                            str(report.get("cann") or "source CANN's set_env.sh, then verify again"))
+    return Check.failed("device", detail,
+                        "check the NPU with npu-smi info and torch_npu with: python -c 'import torch_npu'; "
+                        "verify --device sim checks the rest on the simulator")
 
 
 def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
@@ -448,17 +519,29 @@ def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Check
     failed = _hook_install_check(installation)
     if failed is not None:
         return failed
-    records = [smoke.report["hook"] for smoke in runs if "hook" in smoke.report]
-    if not records:
+    heard = [smoke for smoke in runs if "hook" in smoke.report]
+    if not heard:
         return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
     registered: List[str] = []
-    for record in records:
-        failed = _hook_record_check(record)
+    paths: Dict[str, str] = {}
+    for smoke in heard:
+        record = smoke.report["hook"]
+        failed = _hook_record_check(record, _import_path(smoke))
         if failed is not None:
             return failed
-        registered = list(record["registered"])
-    return Check.passed("hook", "ran at start-up; registered " + (", ".join(registered) or
-                                                                  "nothing (every isin overload is native)"))
+        registered = registered or list(record["registered"])
+        if not smoke.report.get("imports", {}).get("skipped"):
+            paths.setdefault(_import_path(smoke), record["events"][0].partition(": ")[2] or "import")
+    heard_text = "; ".join(f"{path}: {how}" for path, how in paths.items())
+    return Check.passed("hook", f"ran at start-up and heard of torch_npu ({heard_text}); registered " +
+                        (", ".join(registered) or "nothing (every isin overload is native)"))
+
+
+def _import_path(smoke: Smoke) -> str:
+    """How the smoke test's process reached torch_npu, in words."""
+    order = str(smoke.report.get("imports", {}).get("order", smoke.imports))
+    return {"transformers": "through transformers' check", "accelerate": "through import accelerate",
+            "direct": "imported directly"}.get(order, order)
 
 
 def _hook_install_check(installation: Mapping[str, Any]) -> Optional[Check]:
@@ -479,15 +562,20 @@ def _hook_install_check(installation: Mapping[str, Any]) -> Optional[Check]:
     return None
 
 
-def _hook_record_check(record: Mapping[str, Any]) -> Optional[Check]:
-    """The failed check when one process's hook record shows errors or missing kernels; else None."""
+def _hook_record_check(record: Mapping[str, Any], path: str) -> Optional[Check]:
+    """The failed check when one process's hook record (torch_npu reached ``path``) shows errors,
+    no sign of torch_npu or missing kernels; else None."""
     from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 
     if record.get("errors"):
         return Check.failed("hook", "the startup hook failed: " + "; ".join(record["errors"]), _FIX_REPORT)
     if not record.get("events"):
-        return Check.failed("hook", "the startup hook ran but never saw the NPU backend start",
-                            "import torch_npu (or enable the simulator) after start-up, as usual")
+        return Check.failed(
+            "hook",
+            f"the startup hook ran, but did not hear of torch_npu when it was {path}: no NPU isin and no "
+            "compile-mode guard in programs that reach torch_npu so",
+            _FIX_HOOK + "; if it persists, " + _FIX_REPORT,
+        )
     covered = {*record["registered"], *record["native"]}
     missing = [op for op in ISIN_OVERLOADS if op not in covered]
     if missing:
@@ -578,7 +666,7 @@ def judge(
     """
     first = runs[0].report
     backend: Dict[str, Any] = next((s.report["backend"] for s in runs if "backend" in s.report), {})
-    on_npu = backend.get("kind") == "npu"
+    on_npu = backend.get("kind") == "npu" or "npu_machine" in first
     fallbacks = _collect_fallbacks(runs)
     others = {op: item for op, item in fallbacks.items() if not _is_isin(op)}
     checks = _checks(runs, fallbacks)
@@ -645,6 +733,8 @@ def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
 
 
 def _where(data: Mapping[str, Any]) -> str:
+    if data["device"] == "npu" and data.get("device_name") is None:
+        return "on this machine's NPU: torch_npu did not start"
     if data["device"] == "npu":
         return f"on npu:0, a real Ascend NPU ({data['device_name']}, torch_npu {data['release']})"
     table = f"torch_npu {data['release']} op table" if data.get("release") else "no op table"

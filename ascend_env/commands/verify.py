@@ -1,4 +1,5 @@
-"""``ascend-env verify [--simulate] [--torch-npu VERSION] [--strict] [--python PATH]``: the smoke test."""
+"""``ascend-env verify [--device npu|sim|auto] [--torch-npu VERSION] [--strict] [--python PATH]``: the
+smoke test."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ from ascend_env.output import write_json, write_text
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--device", choices=verify.DEVICES, default="auto",
+        help="npu: the real npu:0 or fail; sim: the simulated NPU; auto (default): npu:0 where torch_npu "
+        "starts, the simulator on a machine without an NPU (a torch_npu that cannot start on a machine "
+        "with one fails)",
+    )
+    parser.add_argument(
         "--simulate", action="store_true",
-        help="run on the simulated NPU even where a real one answers",
+        help="the same as --device sim",
     )
     parser.add_argument(
         "--torch-npu", metavar="VERSION",
@@ -27,8 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = verify.Options(python=args.python, simulate=args.simulate, torch_npu=args.torch_npu,
-                             strict=args.strict)
+    options = verify.Options(python=args.python, simulate=args.simulate, device=args.device,
+                             torch_npu=args.torch_npu, strict=args.strict)
     result = verify.verify(options)
     if args.json:
         write_json(result.to_dict())

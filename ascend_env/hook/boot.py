@@ -7,8 +7,9 @@ does nothing the second time.
 
 Every process loads it, so it holds only what start-up needs (``bench/startup.py``): the record,
 the kill switch ``ASCEND_ENV_DISABLE``, and :func:`find_spec`, which makes this module a meta path
-finder that answers for ``torch_npu`` alone. When ``torch_npu`` is imported (directly, or
-autoloaded by ``import torch``), :mod:`ascend_env._watch` does the rest. Every exception is
+finder that answers for ``torch_npu`` alone. When ``torch_npu`` is imported (directly, after
+``find_spec`` probes, by a submodule import, or autoloaded by ``import torch``),
+:mod:`ascend_env._watch` does the rest. Every exception is
 swallowed and kept in :data:`STATE`, so a hook left behind by an ascend-env that is gone stays
 silent.
 """
@@ -31,21 +32,28 @@ COMPILE_GUARD = True
 
 #: What the hook did in this process (read by ``ascend_env.runtime.status()``): ``started``
 #: (:func:`main` ran), ``disabled`` (with the kill switch set), ``finder`` (what it put on
-#: ``sys.meta_path``), ``events`` (backends notified, in order: ``"torch_npu"``,
-#: ``"ascend_env.sim"``), ``errors`` (``"Type: message"`` of every swallowed exception) and
-#: ``searching`` (the other finders are being asked, so this one does not answer). A
-#: ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
+#: ``sys.meta_path``), ``events`` (how each backend reached the hook, in order, e.g.
+#: ``"torch_npu: import after 1 probe"``: a probe is a spec the hook handed out that did not
+#: import it, a ``find_spec`` call or a failed import), ``errors`` (``"Type: message"`` of every swallowed
+#: exception), ``searching`` (the threads asking the other finders, so this one does not answer
+#: them), ``specs`` (how many specs of torch_npu it handed out) and ``heard`` (the backends
+#: notified). A ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import
+#: ``types``.
 # sys.implementation's class is types.SimpleNamespace at run time; typeshed gives it a class of
 # its own, with sys.implementation's fields only.
 STATE = type(sys.implementation)(  # type: ignore[call-arg, assignment]
-    started=False, disabled=False, finder=None, events=[], errors=[], searching=False
+    started=False, disabled=False, finder=None, events=[], errors=[], searching=set(), specs=0, heard=[]
 )  # type: SimpleNamespace
 
 
 def find_spec(fullname, path=None, target=None):
     # type: (str, Optional[Sequence[str]], Optional[ModuleType]) -> Optional[ModuleSpec]
-    """The meta path finder's one method: ``None`` for every name but :data:`WATCHED`."""
-    if fullname != WATCHED or STATE.searching:
+    """The meta path finder's one method: ``None`` for every name but :data:`WATCHED`.
+
+    It stays on ``sys.meta_path`` until torch_npu has executed: a ``find_spec`` probe throws its
+    spec away, and the import that follows asks again.
+    """
+    if fullname != WATCHED:
         return None
     try:
         from ascend_env import _watch
@@ -73,7 +81,7 @@ def main():
         elif WATCHED in sys.modules:
             from ascend_env import _watch
 
-            _watch.notify(STATE, WATCHED)
+            _watch.notify(STATE, WATCHED, "imported before the hook started")
         else:
             STATE.finder = sys.modules[__name__]
             sys.meta_path.insert(0, STATE.finder)

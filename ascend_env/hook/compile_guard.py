@@ -21,32 +21,27 @@ This module imports neither torch nor torch_npu; :func:`apply` is handed the API
 from __future__ import annotations
 
 import os
-import subprocess
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypedDict
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypedDict
 
 from ascend_env.detect import socs
+from ascend_env.detect.machine import (
+    KERNELS_SUBDIR,
+    NPU_SMI_TIMEOUT,
+    SOC_VARIABLE,
+    Kernels,
+    export_soc,
+    find_kernels,
+    machine_soc,
+    parse_npu_smi,
+)
 
 __all__ = [
-    "KERNELS_SUBDIR", "OFF_VARIABLE", "SOC_VARIABLE", "Decision", "Kernels", "apply", "decide",
-    "find_kernels", "machine_soc", "parse_npu_smi", "switched_off",
+    "KERNELS_SUBDIR", "NPU_SMI_TIMEOUT", "OFF_VARIABLE", "SOC_VARIABLE", "Decision", "Kernels", "apply",
+    "decide", "find_kernels", "from_environment", "machine_soc", "parse_npu_smi", "switched_off",
 ]
 
 OFF_VARIABLE = "ASCEND_ENV_COMPILE_GUARD"
-SOC_VARIABLE = "ASCEND_ENV_SOC"
-KERNELS_SUBDIR = Path("opp", "built-in", "op_impl", "ai_core", "tbe", "kernel")
-NPU_SMI_TIMEOUT = 5.0
-
-
-@dataclass
-class Kernels:
-    """The binary kernels package: installed (``None``: cannot be told), where, for which SoCs."""
-
-    installed: Optional[bool] = None
-    path: Optional[str] = None
-    socs: List[str] = field(default_factory=list)
-    reason: str = ""
 
 
 @dataclass
@@ -68,58 +63,6 @@ class Decision:
 def switched_off(environ: Mapping[str, str]) -> bool:
     """Whether ``$ASCEND_ENV_COMPILE_GUARD`` turns the guard off (``0``, ``false``, ``no``, ``off``)."""
     return environ.get(OFF_VARIABLE, "").strip().lower() in ("0", "false", "no", "off")
-
-
-def parse_npu_smi(text: str) -> Optional[str]:
-    """The SoC of the first NPU in ``npu-smi info`` output (its ``Name`` column), or None."""
-    for line in text.splitlines():
-        cells = [cell.split() for cell in line.split("|")[1:2]]
-        if cells and len(cells[0]) == 2 and cells[0][0].isdigit():
-            found = socs.lookup(cells[0][1])
-            if found is not None:
-                return found
-    return None
-
-
-def machine_soc(environ: Mapping[str, str],
-                run: Optional[Callable[[], str]] = None) -> Tuple[Optional[str], str]:
-    """The machine's SoC and where it came from: ``$ASCEND_ENV_SOC``, else ``npu-smi info``.
-
-    ``run`` returns npu-smi's output (default: run it, at most 5 s). Without either the SoC is
-    unknown (a Docker build step, a machine without the driver); the second item says why.
-    """
-    chosen = environ.get(SOC_VARIABLE, "").strip()
-    if chosen:
-        found = socs.lookup(chosen)
-        if found is None:
-            return None, f"${SOC_VARIABLE}={chosen!r} names no known SoC"
-        return found, f"${SOC_VARIABLE}"
-    try:
-        text = (run or _npu_smi)()
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"npu-smi info did not answer ({type(exc).__name__})"
-    found = parse_npu_smi(text)
-    return (found, "npu-smi info") if found else (None, "npu-smi info names no known SoC")
-
-
-def _npu_smi() -> str:
-    done = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=NPU_SMI_TIMEOUT,
-                          stdin=subprocess.DEVNULL, check=True)
-    return done.stdout
-
-
-def find_kernels(toolkit: Optional[Path]) -> Kernels:
-    """Whether ``<toolkit>/opp/built-in/op_impl/ai_core/tbe/kernel`` exists, and its SoC folders."""
-    if toolkit is None:
-        return Kernels(reason="no CANN toolkit was found")
-    path = toolkit / KERNELS_SUBDIR
-    try:
-        if not path.is_dir():
-            return Kernels(False, str(path), reason=f"{path} does not exist")
-        names = sorted(e.name for e in path.iterdir() if e.is_dir() and e.name.startswith("ascend"))
-    except OSError as exc:
-        return Kernels(None, str(path), reason=f"{path} cannot be read ({exc.strerror or exc})")
-    return Kernels(True, str(path), names)
 
 
 class _Where(TypedDict):
@@ -170,8 +113,9 @@ def apply(decision: Decision, set_compile_mode: Callable[..., Any], config: Any)
 def from_environment(environ: Optional[Mapping[str, str]] = None, enabled: bool = True,
                      soc: Optional[Tuple[Optional[str], str]] = None) -> Decision:
     """:func:`decide` for this process: the toolkit from CANN's variables or default path, the SoC
-    from ``soc`` (the simulator's) or :func:`machine_soc`. The SoC npu-smi gave is exported in
-    ``$ASCEND_ENV_SOC`` so that child processes do not ask again."""
+    from ``soc`` (the simulator's) or :func:`~ascend_env.detect.machine.machine_soc`. What npu-smi
+    said, an answer or none, is exported (``$ASCEND_ENV_SOC``, ``$ASCEND_ENV_SOC_UNKNOWN``) so that
+    child processes do not ask again."""
     from ascend_env.detect import cann
 
     environ = os.environ if environ is None else environ
@@ -180,6 +124,6 @@ def from_environment(environ: Optional[Mapping[str, str]] = None, enabled: bool 
         return decide(None, "not asked", Kernels(), enabled=False)
     toolkit = cann.find_toolkit(environ)
     name, source = soc if soc is not None else machine_soc(environ)
-    if name is not None and source == "npu-smi info" and environ is os.environ:
-        os.environ[SOC_VARIABLE] = name
+    if environ is os.environ:
+        export_soc(os.environ, name, source)
     return decide(name, source, find_kernels(toolkit.root), enabled)

@@ -1,23 +1,26 @@
-"""The startup hook's second half, imported only once an NPU backend appears.
+"""The startup hook's second half, imported only once torch_npu is looked for.
 
 :mod:`ascend_env.hook.boot` (installed as ``ascend_env_hook``) stays small because every process
-loads it. What it needs once ``torch_npu`` is imported lives here: :func:`find_and_wrap` finds
-the module with the other finders, takes the hook's finder off ``sys.meta_path`` and wraps the
-module's loader, so that :func:`notify` runs once the module has been executed; :func:`notify`
-registers the fixes of :mod:`ascend_env.hook.runtime`, and the simulator calls it too. Both take the
-hook's record (``ascend_env_hook.STATE``): :func:`notify` keeps every exception in it, and the
-hook's ``find_spec`` keeps those of :func:`find_and_wrap`. Its two steps, :func:`find_spec_after`
-and :func:`wrap_loader`, also serve the simulator's dispatch-path model (``ascend_env.sim.paths``),
-which waits for transformers' generation modules the same way.
+loads it. What it needs once ``torch_npu`` is looked for lives here: :func:`find_and_wrap` finds
+the module with the other finders and wraps the loader of the spec it hands out, so that
+:func:`notify` runs once the module has been executed. The hook's finder stays on
+``sys.meta_path`` until then: ``importlib.util.find_spec("torch_npu")`` (transformers' and
+accelerate's availability checks) throws its spec away, and the import that follows asks again.
+:func:`notify` registers the fixes of :mod:`ascend_env.hook.runtime`, once per process. Both take
+the hook's record (``ascend_env_hook.STATE``): :func:`notify` keeps every exception in it, and the
+hook's ``find_spec`` keeps those of :func:`find_and_wrap`. A record written by an older hook
+module (``searching`` a bool; no ``specs`` or ``heard``) works too.
 """
 
 from __future__ import annotations
 
+import _thread
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from ascend_env.utils.importhooks import find_spec_after, wrap_loader
 
 if TYPE_CHECKING:
-    from importlib.abc import Loader
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
 
@@ -29,93 +32,62 @@ def find_and_wrap(
     target: Optional[ModuleType],
 ) -> Optional[ModuleSpec]:
     """``fullname``'s spec from the finders after the hook's (``state.finder``), its loader wrapped
-    to call :func:`notify` for it; the hook's finder leaves ``sys.meta_path`` once it is found."""
-    state.searching = True
+    to call :func:`notify` once the module has executed; None while this thread is already asking."""
+    searching = state.searching
+    me = _thread.get_ident()
+    if searching is True or (isinstance(searching, set) and me in searching):
+        return None
+    if isinstance(searching, set):
+        searching.add(me)
+    else:  # an older hook module's record: one flag for every thread
+        state.searching = True
     try:
         spec = find_spec_after(state.finder, fullname, path, target)
-        if spec is None or spec.loader is None:
-            return spec
-        wrap_loader(spec, lambda: notify(state, fullname))
-        if state.finder in sys.meta_path:
-            sys.meta_path.remove(state.finder)
-        return spec
     finally:
-        state.searching = False
+        if isinstance(searching, set):
+            searching.discard(me)
+        else:
+            state.searching = False
+    if spec is None or spec.loader is None:
+        return spec
+    handed_out = getattr(state, "specs", 0) + 1
+    state.specs = handed_out
+    wrap_loader(spec, lambda module: _executed(state, fullname, handed_out))
+    return spec
 
 
-def find_spec_after(
-    finder: object, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
-) -> Optional[ModuleSpec]:
-    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``."""
-    for other in list(sys.meta_path):
-        method = getattr(other, "find_spec", None)
-        if other is finder or method is None:
-            continue
-        spec: Optional[ModuleSpec] = method(fullname, path, target)
-        if spec is not None:
-            return spec
-    return None
+def _executed(state: SimpleNamespace, fullname: str, handed_out: int) -> None:
+    """``fullname`` ran from the ``handed_out``-th spec the hook gave: stop watching, notify."""
+    if state.finder in sys.meta_path:
+        sys.meta_path.remove(state.finder)
+    probes = handed_out - 1
+    how = "import" if probes == 0 else f"import after {probes} probe{'s' if probes > 1 else ''}"
+    notify(state, fullname, how)
 
 
-def wrap_loader(spec: ModuleSpec, done: Callable[[], None]) -> None:
-    """Make ``spec``'s loader call ``done()`` once it has executed the module."""
-    # A loader with only the legacy load_module() (some packagers' finders): the import system
-    # calls load_module where a loader has no exec_module, so its wrapper must have none either.
-    legacy = getattr(spec.loader, "exec_module", None) is None
-    # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
-    spec.loader = cast("Loader", wrapper)
-
-
-class NotifyingLoader:
-    """``loader``, calling ``done()`` once it has executed the module; anything else it is asked,
-    the wrapped loader answers."""
-
-    def __init__(self, loader: Any, done: Callable[[], None]) -> None:
-        self._loader = loader
-        self._done = done
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
-        create = getattr(self._loader, "create_module", None)
-        return None if create is None else create(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        self._done()
-
-
-class _LegacyNotifyingLoader:
-    """A ``load_module()``-only ``loader``, calling ``done()`` once it has loaded the module. It
-    has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
-    anything else it is asked, the wrapped loader answers."""
-
-    def __init__(self, loader: Any, done: Callable[[], None]) -> None:
-        self._loader = loader
-        self._done = done
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("exec_module", "create_module"):
-            raise AttributeError(name)
-        return getattr(self._loader, name)
-
-    def load_module(self, fullname: str) -> ModuleType:
-        module: ModuleType = self._loader.load_module(fullname)
-        self._done()
-        return module
-
-
-def notify(state: SimpleNamespace, source: str) -> None:
-    """An NPU backend (``torch_npu`` or ``ascend_env.sim``) is ready: register what it lacks,
-    unless the hook did not start in this process or its kill switch is set."""
+def notify(state: SimpleNamespace, source: str, how: Optional[str] = None) -> None:
+    """``source`` (``torch_npu``) is ready: register what it lacks, once per process, unless the
+    hook did not start in this process or its kill switch is set. ``how`` it reached the hook goes
+    into the event (and says when the module is the simulator's stand-in)."""
     if not state.started or state.disabled:
         return
-    state.events.append(source)
+    heard = getattr(state, "heard", None)
+    if heard is None:
+        heard = state.heard = []
+    if source in heard:
+        return
+    heard.append(source)
+    if _simulated(source):
+        how = f"{how or 'import'} (simulated)"
+    state.events.append(source if how is None else f"{source}: {how}")
     try:
         from ascend_env.hook import runtime
 
         runtime.activate(source)
     except Exception as exc:
         state.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def _simulated(source: str) -> bool:
+    """Whether the module ``source`` is ascend-env's simulated stand-in (``ascend_env/sim/pkgs``)."""
+    return bool(getattr(sys.modules.get(source), "ASCEND_ENV_SIMULATED", False))

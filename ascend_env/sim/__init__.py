@@ -8,7 +8,10 @@ per op per process to fd 2 (unless silenced as torch_npu is), and is counted. ``
 returns the counts since the last ``reset()``.
 
 The simulated ``torch_npu`` package (``pkgs/torch_npu``: ``torch_npu.npu``, ``transfer_to_npu``) is
-importable once :func:`add_torch_npu_to_path` put it on this process's ``sys.path``.
+importable once :func:`add_torch_npu_to_path` put it on this process's ``sys.path``. The startup
+hook hears of the simulator as it hears of a real torch_npu: when that package is imported (by the
+program, or by transformers' and accelerate's availability checks), never by a call from here, so
+that a simulated run takes the import path a real one does.
 
 Process-wide state: PyTorch's dispatcher cannot unregister kernels cleanly, so one process holds
 at most one table. ``_STATE`` below records it (this module's only global state); the C++ backend
@@ -85,15 +88,6 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
         _generate_methods(torch)
     unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
-
-    # --- backend ready -------------------------------------------------------------------------
-    # The simulated "npu" backend is now fully registered (device module, kernels, fallback):
-    # tell the startup hook, when it runs in this process, as torch_npu's import would.
-    boot = sys.modules.get("ascend_env_hook")
-    if boot is not None:
-        from ascend_env.hook import watch as _watch
-
-        _watch.notify(boot.STATE, "ascend_env.sim")
 
 
 def torch_npu_path() -> str:

@@ -36,8 +36,9 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ascend_env.hook import compile_guard, watch
+from ascend_env.hook import compile_guard
 from ascend_env.sim import compile_mode, oppaths
+from ascend_env.utils import importhooks
 
 __all__ = [
     "ENV", "STEADY_FROM", "Bucket", "Model", "active", "report", "start", "start_from_environment",
@@ -482,8 +483,12 @@ def _hook_transformers(model: Model) -> None:
         else:
             pending[name] = wrap
     if pending:
-        # A finder by its find_spec alone; typeshed wants the MetaPathFinder protocol's other methods.
-        sys.meta_path.insert(0, _Finder(pending))  # type: ignore[arg-type]
+        importhooks.ImportWatcher({name: _ignoring_specs(wrap) for name, wrap in pending.items()}).install()
+
+
+def _ignoring_specs(wrap: Callable[[Any], None]) -> importhooks.Callback:
+    """An import watcher's callback that wraps the module, whatever the count of specs."""
+    return lambda module, _specs: wrap(module)
 
 
 def _wrap_stopping(model: Model, module: Any) -> None:
@@ -519,27 +524,6 @@ def _wrap_generate(model: Model, module: Any) -> None:
 
     generate._ascend_env_paths = True  # type: ignore[attr-defined]
     cls.generate = generate
-
-
-class _Finder:
-    """Finds nothing itself: wraps the loader of the modules it waits for, then steps aside."""
-
-    def __init__(self, pending: Dict[str, Callable[[Any], None]]) -> None:
-        self.pending = pending
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        wrap = self.pending.get(fullname)
-        if wrap is None:
-            return None
-        spec = watch.find_spec_after(self, fullname, path, target)
-        if spec is None or spec.loader is None:
-            return spec
-        del self.pending[fullname]
-        if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)
-        # The import system puts the module in sys.modules before it executes it.
-        watch.wrap_loader(spec, lambda: wrap(sys.modules[fullname]))
-        return spec
 
 
 # ----------------------------------------------------------------- the audit's side (no torch)

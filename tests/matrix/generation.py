@@ -87,6 +87,10 @@ def run_device(device: str) -> Dict[str, Any]:
         from ascend_env import sim
 
         sim.enable(torch_npu=table or None)
+        sim.add_torch_npu_to_path()
+        # As a real program reaches torch_npu: transformers' own check probes for it, then imports it.
+        if not transformers.utils.is_torch_npu_available():
+            raise AssertionError("transformers does not see the simulated torch_npu")
     model = tiny_llama().to(name)
     if name == "npu":
         sim.reset()

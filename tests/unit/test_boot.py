@@ -103,8 +103,8 @@ def test_waits_for_torch_npu_then_notifies_and_steps_aside(tmp_path: Path):
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
-    assert state["events"] == ["torch_npu"]
-    assert state["finder"] is False  # the finder removed itself once torch_npu was found
+    assert state["events"] == ["torch_npu: import"]
+    assert state["finder"] is False  # the finder removed itself once torch_npu had executed
 
 
 # A meta path finder whose loader has only the legacy load_module(), as some packagers' finders do,
@@ -133,7 +133,7 @@ def test_a_legacy_load_module_loader_still_imports_and_notifies(tmp_path: Path):
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout.splitlines()[-1])
-    assert state["events"] == ["torch_npu"] and state["finder"] is False
+    assert state["events"] == ["torch_npu: import"] and state["finder"] is False
 
 
 def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Path):
@@ -146,7 +146,7 @@ def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Pat
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
-    assert state["events"] == ["torch_npu"]
+    assert state["events"] == ["torch_npu: import"]
     assert any("broken torch for the test" in error for error in state["errors"])
     assert result.stderr == ""
 
@@ -290,3 +290,131 @@ def test_the_start_entry_point_after_the_import_is_harmless(tmp_path: Path):
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "1"]
+
+
+# ----------------------------------------------------------- every path to torch_npu, heard once
+
+PROBE = "import importlib.util\n"
+FIND = "importlib.util.find_spec('torch_npu')"
+
+
+def _events_after(tmp_path: Path, body: str, *, subpackage: bool = False) -> dict:
+    """Run ``body`` with a stand-in torch_npu on the path; the hook's record afterwards."""
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    if subpackage:
+        (pkgs / "torch_npu" / "contrib").mkdir()
+        contrib = pkgs / "torch_npu" / "contrib" / "__init__.py"
+        contrib.write_text("import torch_npu\nPARENT = torch_npu.LOADED\n")
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n{body}\nimport torch_npu\nassert torch_npu.LOADED\n" + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("body", "event"),
+    [
+        ("", "torch_npu: import"),
+        (PROBE + f"assert {FIND} is not None", "torch_npu: import after 1 probe"),
+        (PROBE + f"for _ in range(3): {FIND}", "torch_npu: import after 3 probes"),
+        ("import importlib\nimportlib.import_module('torch_npu')", "torch_npu: import"),
+        (PROBE + f"{FIND}\nimport importlib\nimportlib.import_module('torch_npu')",
+         "torch_npu: import after 1 probe"),
+        ("__import__('torch_npu')", "torch_npu: import"),
+    ],
+    ids=["plain", "one-probe", "three-probes", "import_module", "probe-then-import_module", "__import__"],
+)
+def test_the_hook_hears_of_torch_npu_on_every_import_path(tmp_path: Path, body: str, event: str):
+    # transformers' is_torch_npu_available() and accelerate's is_npu_available() probe with
+    # importlib.util.find_spec first and throw the spec away: the import after must still be heard.
+    state = _events_after(tmp_path, body)
+    assert state["events"] == [event]
+    assert state["finder"] is False
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import torch_npu.contrib\nassert torch_npu.contrib.PARENT",
+        PROBE + "assert importlib.util.find_spec('torch_npu.contrib') is not None",
+        PROBE + "importlib.util.find_spec('torch_npu')\nimport torch_npu.contrib",
+    ],
+    ids=["submodule-import", "submodule-probe", "probe-then-submodule"],
+)
+def test_a_submodule_first_is_heard_as_its_package(tmp_path: Path, body: str):
+    state = _events_after(tmp_path, body, subpackage=True)
+    assert len(state["events"]) == 1 and state["events"][0].startswith("torch_npu: import")
+    assert state["finder"] is False
+
+
+def test_a_probe_that_finds_nothing_leaves_the_hook_waiting(tmp_path: Path):
+    write_hook(tmp_path)
+    code = PROBE + "assert importlib.util.find_spec('torch_npu') is None\n" + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["events"] == [] and state["finder"] is True
+
+
+def test_an_import_from_another_thread_is_heard_once(tmp_path: Path):
+    body = (
+        "import threading\n"
+        "threads = [threading.Thread(target=__import__, args=('torch_npu',)) for _ in range(4)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()"
+    )
+    state = _events_after(tmp_path, body)
+    assert len(state["events"]) == 1 and state["events"][0].startswith("torch_npu: import")
+
+
+# A finder after the hook's that, asked for torch_npu by the thread named "prober", holds it until
+# the main thread has imported torch_npu: the hook must answer the main thread meanwhile.
+SLOW_PROBE = """
+import importlib.util, threading
+imported = threading.Event()
+class Slow:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "torch_npu" and threading.current_thread().name == "prober":
+            imported.wait(30)
+        return None
+sys.meta_path.append(Slow())
+prober = threading.Thread(target=importlib.util.find_spec, args=("torch_npu",), name="prober")
+prober.start()
+import time; time.sleep(0.2)
+import torch_npu
+imported.set(); prober.join()
+"""
+
+
+def test_a_probe_in_another_thread_does_not_hide_the_import(tmp_path: Path):
+    state = _events_after(tmp_path, SLOW_PROBE)
+    assert len(state["events"]) == 1 and state["events"][0].startswith("torch_npu: import")
+
+
+def test_a_failed_import_then_a_good_one_is_heard_once(tmp_path: Path):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(
+        "import os\nif os.environ.pop('FAIL_ONCE', None): raise ImportError('libhccl.so: cannot open')\n"
+        "LOADED = True\n"
+    )
+    code = (
+        f"sys.path.insert(0, {str(pkgs)!r})\n"
+        "try:\n    import torch_npu\nexcept ImportError:\n    pass\n"
+        "import torch_npu\nimport importlib\nimportlib.reload(torch_npu)\n" + REPORT
+    )
+    result = run_python(tmp_path, code, FAIL_ONCE="1")
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    # The failed import's lookup counts as a probe: a spec handed out that did not import it.
+    assert state["events"] == ["torch_npu: import after 1 probe"] and state["finder"] is False
+
+
+def test_torch_npu_imported_before_the_hook_started_is_said_so(tmp_path: Path):
+    # site runs .pth files in name order: this one imports torch_npu before the hook's starts.
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    first = f"import sys; sys.path.insert(0, {str(pkgs)!r}); import torch_npu\n"
+    (tmp_path / "a_first.pth").write_text(first)
+    result = run_python(tmp_path, REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["events"] == ["torch_npu: imported before the hook started"] and state["finder"] is False

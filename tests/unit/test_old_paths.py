@@ -39,7 +39,10 @@ def test_the_watch_forwarder_is_light():
                           cwd=str(ROOT))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("] ")[1].strip() == "False"
-    loaded = "['ascend_env', 'ascend_env._watch', 'ascend_env.hook', 'ascend_env.hook.watch']"
+    loaded = (
+        "['ascend_env', 'ascend_env._watch', 'ascend_env.hook', 'ascend_env.hook.watch', 'ascend_env.utils', "
+        "'ascend_env.utils.importhooks']"
+    )
     assert done.stdout.startswith(loaded)
 
 
@@ -76,3 +79,27 @@ def test_the_smoke_module_still_runs_under_its_first_name():
 
 def test_the_package_is_typed():
     assert (Path(ascend_env.__file__).parent / "py.typed").is_file()
+
+
+def test_a_record_written_by_an_older_hook_module_still_works(tmp_path, monkeypatch):
+    # An older ascend_env_hook.py (left in site-packages until the next install) keeps a record with
+    # "searching" as one flag and no "specs" or "heard": the watcher must take it as it is.
+    import importlib.util
+    import types
+
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    activated = []
+    monkeypatch.setattr(hook_runtime, "activate", activated.append)
+    state = types.SimpleNamespace(started=True, disabled=False, finder=object(), events=[], errors=[],
+                                  searching=False)
+    spec = watch.find_and_wrap(state, "torch_npu", None, None)
+    assert spec is not None and state.searching is False
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    spec.loader.exec_module(module)
+    watch.notify(state, "torch_npu")  # an older hook's second call: heard once
+    assert module.LOADED and state.events == ["torch_npu: import"] and state.heard == ["torch_npu"]
+    assert activated == ["torch_npu"]

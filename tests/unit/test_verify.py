@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ascend_env.checks import smoke, verify
 from ascend_env.checks.verify import Smoke
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
+from ascend_env.exceptions import UsageError
 
 CAUTION = (
     "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "
@@ -109,7 +110,9 @@ def good_report(**changes: Any) -> Dict[str, Any]:
                      "fallbacks": {}},
             "generate": {"ok": True, "error": None, "fallbacks": {}},
         },
-        "hook": {"hook_started": True, "disabled": False, "events": ["ascend_env.sim"],
+        "imports": {"order": "transformers", "available": True, "module": "/sim/pkgs/torch_npu/__init__.py"},
+        "hook": {"hook_started": True, "disabled": False,
+                 "events": ["torch_npu: import after 1 probe (simulated)"],
                  "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
                  "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor",
                             "isin.Scalar_Tensor_out"],
@@ -251,6 +254,77 @@ def test_a_hook_that_could_not_register_fails():
     report["hook"]["errors"] = ["ImportError: import of ascend_env.ops halted; None in sys.modules"]
     reason = failed(judged(report))["hook"]
     assert reason.startswith("the startup hook failed: ") and "ascend_env.ops" in reason
+
+
+def import_run(order: str, events: List[str]) -> Smoke:
+    """A process that only reached torch_npu (``order``) and kept the hook's record."""
+    report = {"silencers": {}, "backend": good_report()["backend"], "imports": {"order": order},
+              "steps": {}, "hook": dict(good_report()["hook"], events=events), "warnings": []}
+    return Smoke("sim", [], report, "", imports=order)
+
+
+def test_the_hook_must_hear_of_torch_npu_on_every_import_path():
+    heard = [import_run("accelerate", ["torch_npu: import after 1 probe (simulated)"]),
+             import_run("direct", ["torch_npu: import (simulated)"])]
+    result = judged(good_report(), "", False, *heard)
+    assert result["ok"] and result["processes"] == 3
+    detail = next(c["detail"] for c in result["checks"] if c["name"] == "hook")
+    for said in ("through transformers' check: import after 1 probe (simulated)",
+                 "through import accelerate: import after 1 probe (simulated)",
+                 "imported directly: import (simulated)"):
+        assert said in detail
+    # The hook that missed torch_npu behind accelerate's probe: verify fails, naming that path.
+    missed = judged(good_report(), "", False, import_run("accelerate", []), heard[1])
+    assert not missed["ok"] and list(failed(missed)) == ["hook"]
+    assert "did not hear of torch_npu when it was through import accelerate" in failed(missed)["hook"]
+
+
+def test_a_hook_that_missed_the_main_import_fails():
+    report = good_report()
+    report["hook"]["events"] = []
+    assert "when it was through transformers' check" in failed(judged(report))["hook"]
+
+
+def test_torch_npu_that_cannot_start_on_an_npu_machine_fails_with_the_cann_fix():
+    report = {
+        "silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": [],
+        "device_error": "ImportError: libhccl.so: cannot open shared object file: No such file or directory",
+        "npu_machine": "/dev/davinci0 exists",
+        "cann": "source /usr/local/Ascend/ascend-toolkit/set_env.sh in this shell, then verify again",
+    }
+    result = verify.judge([Smoke("auto", list(smoke.STEPS), report)]).to_dict()
+    assert not result["ok"] and verify.exit_code(result) == 1
+    device = next(c for c in result["checks"] if c["name"] == "device")
+    assert "this machine has an NPU (/dev/davinci0 exists)" in device["detail"]
+    assert "libhccl.so" in device["detail"]
+    assert device["fix"].startswith("source /usr/local/Ascend/ascend-toolkit/set_env.sh")
+    assert result["device"] == "npu" and result["simulator_reason"] is None  # never the simulator
+    text = verify.format_text(result)
+    assert text.startswith("verify: FAILED on this machine's NPU: torch_npu did not start")
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (verify.Options(), ("auto", None)),
+        (verify.Options(device="npu"), ("npu", None)),
+        (verify.Options(device="sim"), ("sim", "--device sim was given")),
+        (verify.Options(simulate=True), ("sim", "--simulate was given")),
+        (verify.Options(torch_npu="2.2.0"), ("sim", "--torch-npu was given")),
+    ],
+)
+def test_the_device_is_chosen_as_asked(options, expected):
+    assert verify._chosen_device(options) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [(verify.Options(device="gpu"), "not one of auto, npu, sim"),
+     (verify.Options(device="npu", torch_npu="2.2.0"), "cannot run on --device npu")],
+)
+def test_a_device_that_cannot_be_honoured_is_a_usage_error(options, said):
+    with pytest.raises(UsageError, match=said):
+        verify._chosen_device(options)
 
 
 def test_broken_torch_and_missing_report_fail():

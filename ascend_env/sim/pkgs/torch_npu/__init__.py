@@ -27,6 +27,8 @@ from ._fusion import npu_fusion_attention  # noqa: E402,F401
 
 sys.modules[__name__ + ".npu"] = npu
 __version__ = _sim.enabled_table()
+#: Tells the startup hook's record that the torch_npu it heard of is this stand-in.
+ASCEND_ENV_SIMULATED = True
 __all__ = ["npu", "npu_fusion_attention"]
 
 

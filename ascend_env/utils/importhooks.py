@@ -1,0 +1,158 @@
+"""Hear of a module once it has been imported, however the program finds it (stdlib only).
+
+A meta path finder that answers ``find_spec`` with the spec the other finders give, its loader
+wrapped to call back once the module has executed. A finder that steps aside after its first
+answer misses the most common real path: ``importlib.util.find_spec(name)`` first (a probe, as
+transformers' ``is_torch_npu_available()`` and accelerate's ``is_npu_available()`` do), whose spec
+is thrown away, then ``import name``, which asks the finders again. So the finder here stays on
+``sys.meta_path``, wrapping the loader of every spec it hands out, until the module has run.
+
+Used by the startup hook (:mod:`ascend_env.hook.watch`, for ``torch_npu``), the audit's start-up
+(for ``torch``) and the dispatch-path model (for transformers' generation modules).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+__all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "wrap_loader"]
+
+#: Called with the module once it has executed, and how many specs the watcher had handed out
+#: for it by then (1: the import asked once; more: ``find_spec`` probes came first).
+Callback = Callable[["ModuleType", int], None]
+
+
+def find_spec_after(
+    finder: object, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+) -> Optional[ModuleSpec]:
+    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``."""
+    for other in list(sys.meta_path):
+        method = getattr(other, "find_spec", None)
+        if other is finder or method is None:
+            continue
+        spec: Optional[ModuleSpec] = method(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:
+    """Make ``spec``'s loader call ``done(module)`` once it has executed the module."""
+    # A loader with only the legacy load_module() (some packagers' finders): the import system
+    # calls load_module where a loader has no exec_module, so its wrapper must have none either.
+    legacy = getattr(spec.loader, "exec_module", None) is None
+    # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
+    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+    spec.loader = cast("Loader", wrapper)
+
+
+class NotifyingLoader:
+    """``loader``, calling ``done(module)`` once it has executed the module; anything else it is
+    asked, the wrapped loader answers."""
+
+    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
+        create = getattr(self._loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._done(module)
+
+
+class _LegacyNotifyingLoader:
+    """A ``load_module()``-only ``loader``, calling ``done(module)`` once it has loaded the module.
+    It has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
+    anything else it is asked, the wrapped loader answers."""
+
+    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("exec_module", "create_module"):
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def load_module(self, fullname: str) -> ModuleType:
+        module: ModuleType = self._loader.load_module(fullname)
+        self._done(module)
+        return module
+
+
+class ImportWatcher:
+    """A meta path finder that finds nothing itself and calls ``callbacks[name](module, specs)``
+    once ``name`` has been imported; it leaves ``sys.meta_path`` when every name has been.
+
+    Every spec it hands out for a name is wrapped, so a probe's thrown-away spec changes nothing.
+    A name whose import fails stays watched: a later import may succeed. Thread-safe: a callback
+    runs once, in the thread whose import executed the module, after it executed.
+    """
+
+    def __init__(self, callbacks: Dict[str, Callback]) -> None:
+        self._callbacks = dict(callbacks)
+        self._handed_out: Dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._searching = threading.local()  # set while this thread asks the other finders
+
+    @property
+    def pending(self) -> Sequence[str]:
+        """The names not imported yet."""
+        with self._lock:
+            return sorted(self._callbacks)
+
+    def install(self) -> None:
+        """Go first on ``sys.meta_path``; call at once for names already imported."""
+        for name in self.pending:
+            module = sys.modules.get(name)
+            if module is not None:
+                self._executed(name, module)
+        with self._lock:
+            if self._callbacks and self not in sys.meta_path:
+                sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        """Stop watching (the callbacks not run yet never will)."""
+        with self._lock:
+            self._callbacks.clear()
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+    ) -> Optional[ModuleSpec]:
+        if fullname not in self._callbacks or getattr(self._searching, "on", False):
+            return None
+        self._searching.on = True
+        try:
+            spec = find_spec_after(self, fullname, path, target)
+        finally:
+            self._searching.on = False
+        if spec is None or spec.loader is None:
+            return spec
+        with self._lock:
+            self._handed_out[fullname] = self._handed_out.get(fullname, 0) + 1
+        wrap_loader(spec, lambda module: self._executed(fullname, module))
+        return spec
+
+    def _executed(self, name: str, module: ModuleType) -> None:
+        with self._lock:
+            callback = self._callbacks.pop(name, None)
+            specs = self._handed_out.pop(name, 0)
+            if not self._callbacks and self in sys.meta_path:
+                sys.meta_path.remove(self)
+        if callback is not None:
+            callback(module, specs)
