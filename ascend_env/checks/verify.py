@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple,
 
 from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
+from ascend_env.utils import progress
 from ascend_env.utils.pyflags import child_flags
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -198,10 +199,14 @@ def run_smoke(
 ) -> Smoke:
     """Run ``python -m ascend_env.checks.smoke`` once and collect its report and fd 2."""
     smoke = Smoke(device=device, steps=list(steps))
+    child_env = dict(env)
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
+        command = _smoke_command(options, report, device, steps)
         started = time.monotonic()
-        done = _run_child(options, _smoke_command(options, report, device, steps), env)
+        progress.say(f"smoke test command: {' '.join(command)}", verbose=True)
+        with progress.step(_smoke_words(device, steps)), progress.forwarded(child_env) as fds:
+            done = _run_child(options, command, child_env, fds)
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
@@ -219,12 +224,23 @@ def _smoke_command(options: Options, report: Path, device: str, steps: Sequence[
     return command
 
 
+_DEVICE_WORDS = {"auto": "on npu:0 (else the simulated NPU)", "npu": "on npu:0",
+                 "sim": "on the simulated NPU"}
+
+
+def _smoke_words(device: str, steps: Sequence[str]) -> str:
+    """The progress line of one smoke test process."""
+    said = {"isin": "isin's 6 overloads", "generate": "a tiny Llama's generate()"}
+    return (f"smoke test in a fresh process {_DEVICE_WORDS.get(device, device)}: "
+            + ", then ".join(said.get(step, step) for step in steps))
+
+
 def _run_child(
-    options: Options, command: Sequence[str], env: Mapping[str, str]
+    options: Options, command: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
 ) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(command, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=options.timeout)
+                              timeout=options.timeout, pass_fds=tuple(pass_fds))
     except subprocess.TimeoutExpired:
         raise CheckFailed(
             f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",

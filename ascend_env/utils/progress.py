@@ -2,10 +2,10 @@
 
 A long step says what it is doing when it starts and how long it took when it ends::
 
-    with progress.step("building the simulated NPU's C++ backend (once; cached in ~/.cache/...)"):
+    with progress.step("building the simulated NPU's C++ backend", note="once; cached in ..."):
         ...
 
-    ascend-env: building the simulated NPU's C++ backend (once; cached in ~/.cache/...) ...
+    ascend-env: building the simulated NPU's C++ backend (once; cached in ...) ...
     ascend-env: building the simulated NPU's C++ backend: done in 41.2 s
 
 Progress never goes to stdout (``--json`` stays one document). The lines are plain text wherever
@@ -61,10 +61,10 @@ def say(message: str, *, verbose: bool = False) -> None:
 
 
 @contextmanager
-def step(message: str, *, verbose: bool = False) -> Iterator[None]:
-    """Say ``message ...`` now and ``message: done in N s`` when the block ends (``failed after``
-    when it raises, ``stopped after`` on Ctrl-C)."""
-    say(f"{message} ...", verbose=verbose)
+def step(message: str, *, note: str = "", verbose: bool = False) -> Iterator[None]:
+    """Say ``message (note) ...`` now and ``message: done in N s`` when the block ends (``failed
+    after`` when it raises, ``stopped after`` on Ctrl-C); ``note`` is said once, at the start."""
+    say(f"{message} ({note}) ..." if note else f"{message} ...", verbose=verbose)
     started = time.monotonic()
     try:
         yield

@@ -7,7 +7,8 @@ re-record with ``ASCEND_ENV_GOLDEN_RECORD=1`` and review the diff of ``tests/gol
 
 Normalised before comparing (and nothing else):
 - ISO 8601 timestamps (``applied_at``) -> ``<TIME>``;
-- the scenario's temporary directory -> ``<TMP>``; ``sys.executable`` -> ``<PYTHON>``;
+- the scenario's temporary directory -> ``<TMP>``; ``sys.executable`` -> ``<PYTHON>``; this
+  checkout -> ``<REPO>`` (``--version`` names it);
 - this interpreter's ``platform.python_version()`` -> ``<PYVER>``; ``platform.machine()`` ->
   ``<MACHINE>`` (the fake CANN tree is built for it, so the report does not change otherwise).
 
@@ -75,7 +76,7 @@ _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z
 
 def _normalise(text: str, tmp: Path) -> str:
     text = _TIMESTAMP.sub("<TIME>", text)
-    text = text.replace(str(tmp), "<TMP>").replace(sys.executable, "<PYTHON>")
+    text = text.replace(str(tmp), "<TMP>").replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
     text = text.replace(platform.python_version(), "<PYVER>")
     return text.replace(platform.machine(), "<MACHINE>")
 
@@ -230,6 +231,8 @@ def usage_steps(tmp: Path) -> List[Step]:
         ([], {}),
         (["--version"], {}),
         (["frobnicate"], {}),
+        (["instal", "--dry-run"], {}),
+        (["help", "status"], {}),
         (["install", "--bogus"], {}),
         (["install", "--patches", "sometimes"], {}),
         (["status", "--json", "--bogus"], {}),

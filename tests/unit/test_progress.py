@@ -132,3 +132,11 @@ def test_a_stale_descriptor_is_not_written_to(monkeypatch, tmp_path, capsys):
         os.close(other)
     assert (tmp_path / "unrelated").read_text() == ""
     assert capsys.readouterr().err == "ascend-env: line\n"
+
+
+def test_a_note_is_said_once_at_the_start(capsys):
+    with progress.step("building", note="once; cached in /c"):
+        pass
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "ascend-env: building (once; cached in /c) ..."
+    assert lines[1].startswith("ascend-env: building: done in ")
