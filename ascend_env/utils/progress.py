@@ -22,6 +22,7 @@ same number may be another file, does not write there.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
@@ -83,7 +84,10 @@ def forwarded(env: MutableMapping[str, str]) -> Iterator[Tuple[int, ...]]:
     process's stderr, and yield the ``pass_fds`` to start it with (none where this stderr has no
     file descriptor, as under pytest's capture: the child's lines then stay in its stderr)."""
     try:
-        fd = os.dup(sys.stderr.fileno())
+        # Never 0, 1 or 2, which the child gets as its own streams: with stdin closed (a Docker
+        # RUN step's `exec 0<&-`), a plain dup would return 0, and the child's stdin replaces it.
+        fd = fcntl.fcntl(sys.stderr.fileno(), fcntl.F_DUPFD, 3)
+        os.set_inheritable(fd, False)  # pass_fds hands it to that child alone
     except (AttributeError, OSError, ValueError):
         env.pop(FD_VARIABLE, None)
         yield ()

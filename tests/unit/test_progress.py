@@ -140,3 +140,26 @@ def test_a_note_is_said_once_at_the_start(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "ascend-env: building (once; cached in /c) ..."
     assert lines[1].startswith("ascend-env: building: done in ")
+
+
+def test_forwarding_works_with_stdin_closed(tmp_path):
+    """A Docker RUN step closes stdin (``exec 0<&-``): the duplicate must not take fd 0, which the
+    child gets as its stdin."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import os, subprocess, sys
+        from ascend_env.utils import progress
+        env = dict(os.environ)
+        child = [sys.executable, "-c", "from ascend_env.utils import progress; progress.say('child')"]
+        with progress.forwarded(env) as fds:
+            assert min(fds) >= 3, fds
+            done = subprocess.run(child, env=env, capture_output=True, text=True, pass_fds=fds,
+                                  stdin=subprocess.DEVNULL)
+        print(repr(done.stderr))
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in (progress.VARIABLE, progress.FD_VARIABLE)}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(["sh", "-c", f"exec 0<&-\nexec {sys.executable} {script}"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (done.stdout, done.stderr) == ("''\n", "ascend-env: child\n")
