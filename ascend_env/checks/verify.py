@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -255,9 +256,11 @@ def _run_child(
 def _raise_environment_problem(options: Options, smoke: Smoke) -> None:
     """A target Python that cannot run the smoke test is the environment's problem, not a verdict."""
     if not smoke.report and "No module named" in smoke.stderr and "ascend_env" in smoke.stderr:
+        from ascend_env import origin
+
         raise EnvironmentProblem(
             f"{options.python} cannot import ascend_env, so the smoke test cannot run there.",
-            f"install ascend-env into it: {options.python} -m pip install ascend-env",
+            f"install this ascend-env into it: {origin.install_command(options.python)}",
         )
     error = smoke.report.get("error")
     if error and error.get("environment"):
@@ -392,12 +395,25 @@ def _process_checks(smoke: Smoke) -> List[Check]:
         error = smoke.report["error"]
         checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
     if "torch_error" in smoke.report:
-        checks.append(Check.failed("torch", f"import torch failed: {smoke.report['torch_error']}",
-                                   "reinstall torch in that Python, then check: python -c 'import torch'"))
+        checks.append(_torch_check(smoke.report["torch_error"]))
     if "device_error" in smoke.report:
         checks.append(Check.failed("device", f"npu:0 did not start: {smoke.report['device_error']}",
                                    "check the NPU with npu-smi info, or run verify --simulate"))
     return checks
+
+
+def _torch_check(error: str) -> Check:
+    """The failed check for a torch that does not import: never installed, or broken."""
+    if re.match(r"ModuleNotFoundError: No module named '?torch'?$", error):
+        from ascend_env import origin
+
+        extra = shlex.quote(f"{origin.source() or origin.PLACEHOLDER}[sim]")
+        return Check.failed(
+            "torch", "torch is not installed in that Python, so the simulated NPU cannot start",
+            f"install the torch your torch_npu pins; on a machine with only Python, the sim extra: "
+            f"pip install {extra}; then verify again")
+    return Check.failed("torch", f"import torch failed: {error}",
+                        "reinstall torch in that Python, then check: python -c 'import torch'")
 
 
 def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
@@ -446,7 +462,8 @@ def _patches_check(installation: Mapping[str, Any]) -> Check:
     files = patches.get("files") or {}
     if status == "applied" and files and all(kind == "clean" for kind in files.values()):
         status = "not applied"  # state recorded by an install --hook-only, every target file unpatched
-    where = f"transformers {patches.get('transformers')} in {installation.get('site_packages')}"
+    where = (f"transformers {patches.get('transformers') or '(not installed)'} in "
+             f"{installation.get('site_packages')}")
     if status in BROKEN_PATCH_STATES:
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
         command = "install (re-applies)" if status == "drifted" else "status"
@@ -657,14 +674,24 @@ def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
             lines.append(f"        fix: {check['fix']}")
     for finding in data["findings"]:
         lines.append(f"  note  {finding}" + ("" if data["strict"] else " (fails only with --strict)"))
+    failed = [check["name"] for check in data["checks"] if not check["ok"]]
+    if failed:
+        cause = f"{len(failed)} of {len(data['checks'])} checks failed: {', '.join(failed)} (fix lines above)"
+    elif data["checks"]:
+        cause = f"all {len(data['checks'])} checks passed"
+    else:
+        cause = "nothing was checked"
+    lines.append(f"verify: {verdict}: {cause}")
     return "\n".join(lines)
 
 
 def _where(data: Mapping[str, Any]) -> str:
     if data["device"] == "npu":
         return f"on npu:0, a real Ascend NPU ({data['device_name']}, torch_npu {data['release']})"
-    table = f"torch_npu {data['release']} op table" if data.get("release") else "no op table"
-    where = f"on the simulator, not a real NPU ({table})"
+    if data.get("release"):
+        where = f"on the simulator, not a real NPU (torch_npu {data['release']} op table)"
+    else:  # it never started: no torch, or an error before the op table was chosen
+        where = "on the simulator, not a real NPU (it did not start: see the checks below)"
     if data.get("simulator_reason"):
         where += f": {data['simulator_reason']}"
     return where

@@ -212,6 +212,28 @@ def hook_only_steps(tmp: Path) -> List[Step]:
     ]
 
 
+def states_steps(tmp: Path) -> List[Step]:
+    """docs/states.md's table, walked through on a machine without torch_npu (the README's first
+    steps): every command says the same of the same state, with the exit code the table gives."""
+    where = _target(tmp)
+    site = where[1]
+    return [
+        (["status", *where], {}),
+        (["detect", "--path", site], {}),
+        (["install", *where], {}),
+        (["status", *where], {}),
+        (["status", "--json", *where], {}),
+        (["detect", "--path", site, "--json"], {}),
+        (["install", *where], {}),
+        (["install", "--patches", "always", "--dry-run", *where], {}),
+        (["install", "--patches", "always", *where], {}),
+        (["install", "--hook-only", *where], {}),
+        (["status", *where], {}),
+        (["restore", *where[:2]], {}),
+        (["install", "--hook-only", "--dry-run", *where], {}),
+    ]
+
+
 def patch_wheel_steps(tmp: Path) -> List[Step]:
     patches = make_patches(tmp)
     wheel = _wheel(tmp)
@@ -261,6 +283,7 @@ SCENARIOS: Dict[str, Callable[[Path], List[Step]]] = {
     "detect": detect_steps,
     "install_status_restore": install_steps,
     "hook_only": hook_only_steps,
+    "states": states_steps,
     "patch_wheel": patch_wheel_steps,
     "usage_errors": usage_steps,
     "environment_errors": environment_steps,
