@@ -138,7 +138,8 @@ def _compile(output: Path, log: Path) -> None:
         )
 
 
-#: The compiler's peak memory building the backend, measured (g++ 12, torch 2.1.0 and 2.13.0).
+#: The compiler's peak memory building the backend, rounded up: g++ 12.2 peaked at 610 MB with torch
+#: 2.1.0's headers and 880 MB with torch 2.13.0's (resident set size, measured).
 COMPILER_MEMORY = "1 GB"
 
 # What the compiler drivers print when the kernel killed the compiler proper they started: g++
