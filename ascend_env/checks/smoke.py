@@ -300,7 +300,9 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
     """Fill ``report``; see the module docstring for its keys."""
     report["silencers"] = silencers(os.environ)
     report["installation"] = installation()
-    backend = _start_backend(report, device, torch_npu)
+    with progress.step(f"smoke test: starting the device ({device}: import torch, then torch_npu or "
+                       "the simulated NPU)", verbose=True):
+        backend = _start_backend(report, device, torch_npu)
     if backend is None:
         return
     report["backend"] = backend

@@ -1,8 +1,9 @@
 """The README's walkthrough, as a newcomer runs it, in a fresh virtual environment.
 
 ``pip install ".[sim]"`` from this checkout, then ``verify --torch-npu 2.1.0.post6`` fails (exit 1)
-on the isin fallback, ``install``, ``verify`` passes (exit 0), ``status``, ``restore``; every step's
-words and exit code are checked, and the progress lines on stderr (the first verify builds the
+on the isin fallback, ``install``, ``verify`` passes (exit 0), ``status``, ``restore``, and
+``verify`` with ``-q`` and ``-v``; every step's words and exit code are checked, and the progress
+lines on stderr (the first verify builds the
 simulated NPU's backend into an empty cache, and says so). The venv is new: pip installs ascend-env
 and transformers into it; torch and the other dependencies come from this environment through a
 directory of links (no 1 GB copy, and nothing downloaded but what the sim extra adds).
@@ -17,6 +18,7 @@ torch env's torch and transformers; elsewhere the walkthrough runs and the compa
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -90,7 +92,8 @@ def walkthrough(tmp_path_factory) -> Dict[str, object]:
     for command in ("python -m ascend_env verify --torch-npu 2.1.0.post6", "python -m ascend_env install",
                     "python -m ascend_env verify --torch-npu 2.1.0.post6", "python -m ascend_env status",
                     "python -m ascend_env restore", "python -m ascend_env status",
-                    "python -m ascend_env verify --torch-npu 2.1.0.post6"):
+                    "python -m ascend_env -q verify --torch-npu 2.1.0.post6",
+                    "python -m ascend_env verify -v --torch-npu 2.1.0.post6 --json"):
         run(command)
     return {"steps": steps, "site": site, "venv": env_dir, "cache": cache}
 
@@ -172,6 +175,20 @@ def test_status_and_restore_say_the_same_as_install(walkthrough):
                                  "status: not applied: the startup hook is not installed\n")
     again = _step(walkthrough, 7)
     assert again.returncode == 1 and again.stdout.startswith("verify: FAILED")
+
+
+def test_quiet_says_nothing_and_verbose_says_each_step_without_touching_stdout(walkthrough):
+    quiet = _step(walkthrough, 7)
+    assert quiet.returncode == 1 and quiet.stderr == ""
+    verbose = _step(walkthrough, 8)
+    assert verbose.returncode == 1
+    assert json.loads(verbose.stdout)["ok"] is False  # --json: stdout is one document
+    lines = verbose.stderr.splitlines()
+    assert all(line.startswith("ascend-env: ") for line in lines), verbose.stderr
+    said = "\n".join(lines)
+    assert "ascend-env: smoke test command: " in said
+    assert "ascend-env: smoke test: starting the device (sim: " in said
+    assert "ascend-env: smoke test step generate on npu:0 (simulator): done in " in said
 
 
 # -- the docs' examples ----------------------------------------------------------------------------
