@@ -8,14 +8,18 @@ returns the exit code. Exit codes: 0 ok, 1 a check failed, 2 usage or environmen
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
+import textwrap
+from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ascend_env import __version__
-from ascend_env.exceptions import AscendEnvError
+from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json
+from ascend_env.utils import progress
 
 EXIT_USAGE = 2
 
@@ -29,17 +33,70 @@ COMMANDS: Dict[str, str] = {
     "patch-wheel": "Write a patched copy of a transformers wheel for an internal index.",
 }
 
+#: The environment variables ascend-env reads, as ``--help`` lists them.
+ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
+    ("ASCEND_ENV_SOC", "the Ascend SoC (910A, 910B, 310P, ...); default: what npu-smi info says"),
+    ("ASCEND_ENV_CACHE_DIR", "where the simulated NPU's C++ backend is built once (default: "
+     "$XDG_CACHE_HOME/ascend-env, else ~/.cache/ascend-env)"),
+    ("ASCEND_ENV_COMPILE_GUARD", "0: the startup hook leaves torch_npu's compile mode alone"),
+    ("ASCEND_ENV_DISABLE", "1: the startup hook does nothing in this process"),
+    (progress.VARIABLE, "-1 quiet, 0 (default) or 1 verbose progress on stderr; -q and -v set it"),
+    ("ASCEND_HOME_PATH", "the CANN toolkit (set by CANN's set_env.sh)"),
+    ("CXX", "the C++ compiler that builds the simulated NPU's backend (default: c++, g++, clang++)"),
+    ("NO_COLOR", "set: no dimmed progress lines on a terminal"),
+)
+
 
 def _load(name: str) -> ModuleType:
     return importlib.import_module("ascend_env.commands." + name.replace("-", "_"))
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors exit 2 and mention ``--help``."""
+    """An ArgumentParser whose usage errors exit 2 and say where the help is."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n  fix: see '{self.prog} --help'\n")
+        name = self.prog.partition(" ")[2]
+        where = f"'ascend-env help {name}'" if name else "'ascend-env --help'"
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n  fix: see {where}\n")
+
+
+class _CommandParser(_Parser):
+    """A subcommand's parser: an option it does not know is its own error, with its own usage
+    (argparse would hand it to the top-level parser, whose usage says nothing of the command's)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Optional[Sequence[str]] = None, namespace: Optional[argparse.Namespace] = None
+    ) -> Tuple[argparse.Namespace, List[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+def _verbosity_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``-q`` and ``-v``, accepted before the command and after it."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=progress.QUIET,
+                       default=default, help="no progress lines on stderr")
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=progress.VERBOSE,
+                       default=default, help="more detail in the progress lines on stderr")
+
+
+def version_text() -> str:
+    """What ``--version`` prints: the version, where ascend_env is imported from, and the Python."""
+    where = Path(__file__).resolve().parent
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return f"ascend-env {__version__} from {where} (Python {python}, {sys.executable})"
+
+
+def _epilog() -> str:
+    width = max(len(name) for name, _ in ENVIRONMENT)
+    indent = " " * (width + 4)
+    lines = [textwrap.fill(text, 79, initial_indent=f"  {name:<{width}}  ", subsequent_indent=indent)
+             for name, text in ENVIRONMENT]
+    return ("'ascend-env help COMMAND' shows a command's options.\n\nenvironment variables:\n"
+            + "\n".join(lines))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,12 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ascend-env",
         description="Make transformers generation run fully on Ascend NPUs.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"ascend-env {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="show the version, where it runs from and on which Python, and exit")
+    _verbosity_options(parser, default=None)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name, summary in COMMANDS.items():
         sub = subparsers.add_parser(name, help=summary, description=summary)
         sub.add_argument("--json", action="store_true", help="write machine-readable JSON to stdout")
+        _verbosity_options(sub, default=argparse.SUPPRESS)
         _load(name).configure(sub)
     return parser
 
@@ -67,9 +129,17 @@ INTERRUPTED = (
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and return its exit code."""
     args = None
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        command, position = _command_word(arguments)
+        if command == "help":
+            return _help(parser, arguments[position + 1:])
+        if command is not None and command not in COMMANDS:
+            raise _unknown_command(command)
+        args = parser.parse_args(arguments)
+        if args.verbosity is not None:
+            progress.set_level(args.verbosity)
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
@@ -79,6 +149,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
         return 130
+
+
+def _command_word(arguments: Sequence[str]) -> Tuple[Optional[str], int]:
+    """The first argument that is not an option (the top-level options take no value), and where."""
+    for position, argument in enumerate(arguments):
+        if argument == "--":
+            break
+        if not argument.startswith("-"):
+            return argument, position
+    return None, len(arguments)
+
+
+def _unknown_command(word: str) -> UsageError:
+    close = difflib.get_close_matches(word, [*COMMANDS, "help"], n=1, cutoff=0.6)
+    problem = f"{word!r} is not an ascend-env command."
+    if close:
+        problem += f" Did you mean {close[0]!r}?"
+    return UsageError(problem, f"one of: {', '.join(COMMANDS)} (ascend-env --help says what each does)")
+
+
+def _help(parser: argparse.ArgumentParser, rest: Sequence[str]) -> int:
+    """``ascend-env help [COMMAND]``: the command's help (or the overview) on stdout."""
+    words = [word for word in rest if not word.startswith("-")]
+    if not words:
+        parser.print_help(sys.stdout)
+        return 0
+    if words[0] not in COMMANDS:
+        raise _unknown_command(words[0])
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subparsers.choices[words[0]].print_help(sys.stdout)
+    return 0
 
 
 def _report_error(exc: AscendEnvError, as_json: bool) -> int:

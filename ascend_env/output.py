@@ -45,6 +45,12 @@ def _encodable(text: str, stream: TextIO) -> str:
     return escaped.encode(encoding, "backslashreplace").decode(encoding)
 
 
+def verdict_line(command: str, verdict: str, cause: str) -> str:
+    """The last line of a command's text report: its verdict and why, as ``<command>: <verdict>:
+    <cause>`` (the same words as its first line and its ``--json``)."""
+    return f"{command}: {verdict}: {cause}"
+
+
 def continued(text: str, indent: str = "    ") -> str:
     """``text`` with every line after the first indented by ``indent`` (blank lines dropped).
 

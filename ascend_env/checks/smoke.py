@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ascend_env.utils import atomic
+from ascend_env.utils import atomic, progress
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
@@ -333,7 +333,9 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
     report["silencers"] = silencers(os.environ)
     if steps:
         report["installation"] = installation()
-    backend = _start_backend(report, device, torch_npu, order)
+    with progress.step(f"smoke test: starting the device ({device}: import torch, then torch_npu or "
+                       f"the simulated NPU, through {order})", verbose=True):
+        backend = _start_backend(report, device, torch_npu, order)
     if backend is None:
         return
     report["imports"] = backend.pop("imports")
@@ -381,7 +383,8 @@ def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, An
     _reset(backend["kind"])
     started = time.monotonic()
     in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
-    result = _check_isin(torch, "npu:0") if step == "isin" else _check_generate(torch, "npu:0")
+    with progress.step(f"smoke test step {step} on npu:0 ({backend['kind']})", verbose=True):
+        result = _check_isin(torch, "npu:0") if step == "isin" else _check_generate(torch, "npu:0")
     result["fallback_disable"] = in_force
     result["fallbacks"] = _fallbacks(backend["kind"])
     result["seconds"] = round(time.monotonic() - started, 3)

@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple,
 from ascend_env.checks.smoke import FALLBACK_DISABLE, IMPORTS, SILENCERS, STEPS
 from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
+from ascend_env.utils import progress
 from ascend_env.utils.pyflags import child_flags
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -211,10 +213,14 @@ def run_smoke(
 ) -> Smoke:
     """Run ``python -m ascend_env.checks.smoke`` once and collect its report and fd 2."""
     smoke = Smoke(device=device, steps=list(steps), imports=imports)
+    child_env = dict(env)
     with tempfile.TemporaryDirectory(prefix="ascend-env-verify-") as scratch:
         report = Path(scratch, "report.json")
+        command = _smoke_command(options, report, device, steps, imports)
         started = time.monotonic()
-        done = _run_child(options, _smoke_command(options, report, device, steps, imports), env)
+        progress.say(f"smoke test command: {' '.join(command)}", verbose=True)
+        with progress.step(_smoke_words(device, steps, imports)), progress.forwarded(child_env) as fds:
+            done = _run_child(options, command, child_env, fds)
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
@@ -234,12 +240,25 @@ def _smoke_command(
     return command
 
 
+_DEVICE_WORDS = {"auto": "on npu:0 (else the simulated NPU)", "npu": "on npu:0",
+                 "sim": "on the simulated NPU"}
+
+
+def _smoke_words(device: str, steps: Sequence[str], imports: str = IMPORTS[0]) -> str:
+    """The progress line of one smoke test process."""
+    said = {"isin": "isin's 6 overloads", "generate": "a tiny Llama's generate()"}
+    where = f"smoke test in a fresh process {_DEVICE_WORDS.get(device, device)}: "
+    if not steps:
+        return where + f"the startup hook, torch_npu reached through {_IMPORT_WORDS.get(imports, imports)}"
+    return where + ", then ".join(said.get(step, step) for step in steps)
+
+
 def _run_child(
-    options: Options, command: Sequence[str], env: Mapping[str, str]
+    options: Options, command: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
 ) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(command, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=options.timeout)
+                              timeout=options.timeout, pass_fds=tuple(pass_fds))
     except subprocess.TimeoutExpired:
         raise CheckFailed(
             f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",
@@ -254,9 +273,11 @@ def _run_child(
 def _raise_environment_problem(options: Options, smoke: Smoke) -> None:
     """A target Python that cannot run the smoke test is the environment's problem, not a verdict."""
     if not smoke.report and "No module named" in smoke.stderr and "ascend_env" in smoke.stderr:
+        from ascend_env import origin
+
         raise EnvironmentProblem(
             f"{options.python} cannot import ascend_env, so the smoke test cannot run there.",
-            f"install ascend-env into it: {options.python} -m pip install ascend-env",
+            f"install this ascend-env into it: {origin.install_command(options.python)}",
         )
     error = smoke.report.get("error")
     if error and error.get("environment"):
@@ -433,8 +454,7 @@ def _process_checks(smoke: Smoke) -> List[Check]:
         error = smoke.report["error"]
         checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
     if "torch_error" in smoke.report:
-        checks.append(Check.failed("torch", f"import torch failed: {smoke.report['torch_error']}",
-                                   "reinstall torch in that Python, then check: python -c 'import torch'"))
+        checks.append(_torch_check(smoke.report["torch_error"]))
     if "device_error" in smoke.report:
         checks.append(_device_check(smoke.report))
     return checks
@@ -454,6 +474,20 @@ def _device_check(report: Mapping[str, Any]) -> Check:
     return Check.failed("device", detail,
                         "check the NPU with npu-smi info and torch_npu with: python -c 'import torch_npu'; "
                         "verify --device sim checks the rest on the simulator")
+
+
+def _torch_check(error: str) -> Check:
+    """The failed check for a torch that does not import: never installed, or broken."""
+    if re.match(r"ModuleNotFoundError: No module named '?torch'?$", error):
+        from ascend_env import origin
+
+        extra = shlex.quote(f"{origin.source() or origin.PLACEHOLDER}[sim]")
+        return Check.failed(
+            "torch", "torch is not installed in that Python, so the simulated NPU cannot start",
+            f"install the torch your torch_npu pins; on a machine with only Python, the sim extra: "
+            f"pip install {extra}; then verify again")
+    return Check.failed("torch", f"import torch failed: {error}",
+                        "reinstall torch in that Python, then check: python -c 'import torch'")
 
 
 def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
@@ -502,7 +536,8 @@ def _patches_check(installation: Mapping[str, Any]) -> Check:
     files = patches.get("files") or {}
     if status == "applied" and files and all(kind == "clean" for kind in files.values()):
         status = "not applied"  # state recorded by an install --hook-only, every target file unpatched
-    where = f"transformers {patches.get('transformers')} in {installation.get('site_packages')}"
+    where = (f"transformers {patches.get('transformers') or '(not installed)'} in "
+             f"{installation.get('site_packages')}")
     if status in BROKEN_PATCH_STATES:
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
         command = "install (re-applies)" if status == "drifted" else "status"
@@ -740,6 +775,14 @@ def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
             lines.append(f"        fix: {check['fix']}")
     for finding in data["findings"]:
         lines.append(f"  note  {finding}" + ("" if data["strict"] else " (fails only with --strict)"))
+    failed = [check["name"] for check in data["checks"] if not check["ok"]]
+    if failed:
+        cause = f"{len(failed)} of {len(data['checks'])} checks failed: {', '.join(failed)} (fix lines above)"
+    elif data["checks"]:
+        cause = f"all {len(data['checks'])} checks passed"
+    else:
+        cause = "nothing was checked"
+    lines.append(f"verify: {verdict}: {cause}")
     return "\n".join(lines)
 
 
@@ -748,8 +791,10 @@ def _where(data: Mapping[str, Any]) -> str:
         return "on this machine's NPU: torch_npu did not start"
     if data["device"] == "npu":
         return f"on npu:0, a real Ascend NPU ({data['device_name']}, torch_npu {data['release']})"
-    table = f"torch_npu {data['release']} op table" if data.get("release") else "no op table"
-    where = f"on the simulator, not a real NPU ({table})"
+    if data.get("release"):
+        where = f"on the simulator, not a real NPU (torch_npu {data['release']} op table)"
+    else:  # it never started: no torch, or an error before the op table was chosen
+        where = "on the simulator, not a real NPU (it did not start: see the checks below)"
     if data.get("simulator_reason"):
         where += f": {data['simulator_reason']}"
     return where

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional
 from ascend_env.detect.compat import Verdict
 from ascend_env.detect.report import CompileMode, Isin, Package, Report, detect
 from ascend_env.exceptions import UsageError
-from ascend_env.output import bold, write_json, write_text
+from ascend_env.output import bold, verdict_line, write_json, write_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +81,16 @@ def render(report: Report, heading: Callable[[str], str] = lambda text: text) ->
     for title, items in (("Problems", report.problems), ("Notes", report.notes)):
         if items:
             lines += ["", heading(title)] + [f"  - {item}" for item in items]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", _verdict(report)])
+
+
+def _verdict(report: Report) -> str:
+    """The last line: the compatibility verdict, the first check that set it, and install's work."""
+    compat = report.compat
+    cause = compat.reasons[0] if compat.reasons and compat.status != "ok" else "every check passed"
+    work = {True: "install has work to do", False: "install has nothing to do",
+            None: "whether install has work to do is unknown"}[report.isin.install_has_work]
+    return verdict_line("detect", compat.status, f"{cause.rstrip('.')}; {work}")
 
 
 def _environment_lines(report: Report) -> List[str]:
@@ -116,7 +125,7 @@ def _isin_lines(isin: Isin) -> List[str]:
         lines.append("  native on the NPU: " + (", ".join(isin.native) or "none"))
         lines.append("  missing: " + (", ".join(isin.missing) or "none"))
     lines.append(f"  falls back to the CPU: {_yes_no(isin.falls_back)} - {isin.reason}")
-    lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)}")
+    lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)} - {isin.install_reason()}")
     return lines
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
 from ascend_env.hook import compile_guard
-from ascend_env.output import write_json, write_text
+from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching import engine
 
 
@@ -50,7 +50,24 @@ def describe(report: engine.InstallReport, compile_guard: bool) -> str:
     for path in report.changed:
         lines.append(f"  {'would change' if report.dry_run else 'changed'} {path}")
     lines.append("  " + _GUARD_LINES[compile_guard])
+    lines.append(verdict_line("install", report.result, _AFTER.get(report.result, report.reason)))
     return "\n".join(lines)
+
+
+#: What ``status`` says after each result (:mod:`ascend_env.states`), for the last line.
+_AFTER = {
+    "applied": "transformers' files are patched and the startup hook is installed (status: applied)",
+    "already applied": "nothing to write; transformers' files are patched and the startup hook is "
+    "installed (status: applied)",
+    "would apply": "nothing written (--dry-run); install would patch transformers' files (status after: "
+    "applied)",
+    "hook installed": "the startup hook is installed; transformers' files are not patched "
+    "(status: hook only)",
+    "hook already installed": "nothing to write; the startup hook is installed, transformers' files are "
+    "not patched (status: hook only)",
+    "would install the hook": "nothing written (--dry-run); install would install the startup hook, "
+    "no patch (status after: hook only)",
+}
 
 
 _GUARD_LINES = {

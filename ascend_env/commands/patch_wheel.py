@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ascend_env.commands import add_patches_dir
 from ascend_env.exceptions import UsageError
-from ascend_env.output import write_json, write_text
+from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching.wheels import patch_wheel
 
 
@@ -37,5 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     lines = [f"wrote {result.path} ({result.original_version} -> {result.version})"]
     lines += [f"  {target}: {change.patch}" for target, change in result.changes.items()]
+    lines.append(verdict_line("patch-wheel", "wrote", f"{result.path.name}, {len(result.changes)} file(s) "
+                              f"patched; install it from your index in place of {result.original_version}"))
     write_text("\n".join(lines))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ascend_env.commands import add_target
-from ascend_env.output import write_json, write_text
+from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching import engine
 
 
@@ -25,5 +25,15 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"  {report.recovered}")
     for item in report.files:
         lines.append(f"  {item.action}: {item.path}")
+    lines.append(verdict_line("restore", report.result, _cause(report)))
     write_text("\n".join(lines))
     return 0
+
+
+def _cause(report: engine.RestoreReport) -> str:
+    count = len(report.files)
+    if report.result == "nothing to restore":
+        return "ascend-env has nothing recorded here (status: not applied)"
+    if report.result == "would restore":
+        return f"nothing written (--dry-run); {count} file(s) would be put back or removed"
+    return f"{count} file(s) put back or removed; transformers and this site-packages are as before install"

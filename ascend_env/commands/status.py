@@ -1,16 +1,20 @@
-"""``ascend-env status``: applied, not applied, partly applied, drifted, or nothing to do."""
+"""``ascend-env status``: applied, hook only, not applied, partly applied, drifted, ... in the words
+of :mod:`ascend_env.states`, with the startup hook's part."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import sys
 from pathlib import Path
 from typing import Any, List, Tuple
 
+from ascend_env import states
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.hook import files as hook
-from ascend_env.output import continued, write_json, write_text
+from ascend_env.output import continued, verdict_line, write_json, write_text
 from ascend_env.patching import engine
+from ascend_env.utils import progress
 
 
 def describe_hook(hook_status: dict[str, Any]) -> List[str]:
@@ -68,7 +72,12 @@ def _hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
     if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:
         report["probe"] = {"ran": None, "error": f"{site_packages} is not on this Python's path"}
         return report, 0
-    report["probe"] = hook.probe(sys.executable)
+    if importlib.machinery.PathFinder.find_spec("torch_npu") is None:
+        report["probe"] = hook.probe(sys.executable)
+    else:  # the probe imports torch_npu (and torch), as a real program does: seconds
+        with progress.step("checking the startup hook in a fresh Python process",
+                           note="it imports torch_npu, as your programs do"):
+            report["probe"] = hook.probe(sys.executable)
     failed = report["probe"].get("ran") is not True or report["probe"].get("errors")
     if report["probe"].get("disabled"):
         failed = False
@@ -83,26 +92,63 @@ def run(args: argparse.Namespace) -> int:
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )
     hook_status, hook_code = _hook_report(site_packages)
-    code = max(report.code, hook_code)
+    state = overall(report, hook_status)
+    code = max(state.code, hook_code)
     if args.json:
-        write_json({"ok": code == 0, **report.to_dict(), "hook": hook_status})
+        write_json({"ok": code == 0, **_with_state(report.to_dict(), state), "hook": hook_status})
     else:
         write_text(describe(report, hook_status))
     return code
 
 
+def overall(report: engine.StatusReport, hook_status: dict[str, Any]) -> states.State:
+    """The state in :mod:`ascend_env.states`' words: the patches' and the startup hook's together."""
+    verdict = report.verdict
+    return states.combine(verdict.status, verdict.code, bool(hook_status["installed"]), verdict.detail,
+                          verdict.run, transformers=report.transformers is not None)
+
+
+def _with_state(data: dict[str, Any], state: states.State) -> dict[str, Any]:
+    """The engine's ``--json`` document with the combined state's words in place of its own."""
+    if state.status in states.BROKEN:
+        return data  # the engine's words, key order included
+    drift = data.pop("drift", None)
+    for key in ("status", "detail", "run"):
+        data.pop(key, None)
+    data["status"] = state.status
+    if state.detail is not None:
+        data["detail"] = state.detail
+    if drift is not None:
+        data["drift"] = drift
+    if state.run is not None:
+        data["run"] = state.run
+    return data
+
+
 def describe(report: engine.StatusReport, hook_status: dict[str, Any]) -> str:
     """The plain-text form of a status report and its startup hook's part."""
-    verdict = report.verdict
+    state = overall(report, hook_status)
     transformers = report.transformers or "(not installed)"
-    lines = [f"{verdict.status}: transformers {transformers} in {report.site_packages}"]
-    if verdict.detail:
-        lines.append(f"  {verdict.detail}")
+    lines = [f"{state.status}: transformers {transformers} in {report.site_packages}"]
+    if state.detail:
+        lines.append(f"  {state.detail}")
     for item in report.files:
         lines.append(f"  {item.status}: {item.path} ({item.patch})")
-    for line in verdict.drift or []:
+    for line in report.verdict.drift or []:
         lines.append(f"  drift: {line}")
     lines.extend(describe_hook(hook_status))
-    if verdict.run:
-        lines.append(f"  run: {verdict.run}")
+    if state.run:
+        lines.append(f"  run: {state.run}")
+    lines.append(verdict_line("status", state.status, _cause(state, hook_status)))
     return "\n".join(lines)
+
+
+def _cause(state: states.State, hook_status: dict[str, Any]) -> str:
+    """Why the state is what it is, in one clause."""
+    if hook_status["installed"] and not hook_status["current"]:
+        return "the startup hook's files differ from this ascend-env's (run: ascend-env install)"
+    if state.status == states.APPLIED and state.code == 0:
+        return "transformers' files are patched and the startup hook is installed"
+    if state.status == states.HOOK_ONLY:
+        return "the startup hook is installed; transformers' files are not patched"
+    return state.detail or state.status

@@ -20,13 +20,12 @@ from ascend_env.detect import packages as distributions
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
 from ascend_env.hook import compile_guard
+from ascend_env.hook import files as hook_files
 from ascend_env.kernels.registry import FIXES
 
 SCHEMA = 1
 FALLBACK_OPS = ("isin.Tensor_Tensor", "isin.Tensor_Tensor_out")
-NO_TORCH_NPU = (
-    "no torch_npu; isin cannot fall back; install has nothing to do (use --patches always to force)"
-)
+NO_TORCH_NPU = "no torch_npu: isin cannot fall back here"
 
 
 @dataclass
@@ -66,10 +65,30 @@ class Isin:
     reason: str = ""
     native: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
+    hook_site: Optional[Path] = None
+    hook_installed: Optional[bool] = None
 
     @property
     def install_has_work(self) -> Optional[bool]:
-        return self.falls_back
+        """Whether ``install`` would put in what ``verify`` requires (:mod:`ascend_env.states`):
+        the startup hook, wherever it is not installed; None where whether isin falls back is
+        unknown (install then asks for --patches) or no site-packages was found."""
+        if self.falls_back is None or self.hook_installed is None:
+            return None
+        return not self.hook_installed
+
+    def install_reason(self) -> str:
+        """Why :attr:`install_has_work` says what it says."""
+        if self.falls_back is None:
+            return "unknown: whether isin falls back is unknown (install asks for --patches always or never)"
+        if self.hook_installed is None:
+            return "unknown: no site-packages directory was found"
+        if self.hook_installed:
+            return f"the startup hook is installed in {self.hook_site} (status tells whether all is in place)"
+        why = ("it registers an NPU isin where torch_npu has none" if self.falls_back
+               else "verify requires it; it registers an NPU isin once a torch_npu without one is installed"
+               if self.status == "no_torch_npu" else "verify requires it; it also guards the compile mode")
+        return f"the startup hook is not installed in {self.hook_site} ({why})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +98,8 @@ class Isin:
             "native": list(self.native),
             "missing": list(self.missing),
             "install_has_work": self.install_has_work,
+            "install_reason": self.install_reason(),
+            "hook_installed": self.hook_installed,
         }
 
 
@@ -245,10 +266,10 @@ def read_isin(torch_npu: Package) -> Isin:
     if lacking:
         reason = (
             f"torch_npu {torch_npu.version} has no NPU kernel for {', '.join(lacking)}: every "
-            "transformers decoding step runs isin on the CPU; install has work to do."
+            "transformers decoding step runs isin on the CPU unless the startup hook registers one"
         )
         return Isin(True, "falls_back", reason, native, missing)
-    reason = f"torch_npu {torch_npu.version} runs isin natively on the NPU; install has nothing to do."
+    reason = f"torch_npu {torch_npu.version} runs isin natively on the NPU"
     return Isin(False, "native", reason, native, missing)
 
 
@@ -280,6 +301,10 @@ def detect(
     toolkit = cann_mod.find_toolkit(environ, prefixes, machine)
     driver = driver_mod.find_driver(install_info, driver_prefix)
     isin = read_isin(torch_npu)
+    site_packages = distributions.site_packages() if paths is None else list(paths)
+    isin.hook_site = transformers.location or (site_packages[0] if site_packages else None)
+    if isin.hook_site is not None:
+        isin.hook_installed = bool(hook_files.installed(isin.hook_site))
     compile_mode = _read_compile_mode(environ, toolkit, npu_smi)
     verdict = _compat_verdict(table, torch, torch_npu, toolkit, version_info)
     notes = _notes(environ, torch_npu, toolkit, compile_mode)
@@ -288,7 +313,7 @@ def detect(
         python_implementation=platform.python_implementation(),
         executable=sys.executable,
         machine=machine,
-        site_packages=distributions.site_packages() if paths is None else list(paths),
+        site_packages=site_packages,
         search_path=distributions.search_path(paths),
         torch=torch,
         torch_npu=torch_npu,

@@ -47,6 +47,7 @@ from ascend_env.patching.store import (
     state_dir,
     unchecked_stale_bytecode,
 )
+from ascend_env.states import InstallWord, install_word
 
 __all__ = [
     "PATCH_MODES",
@@ -397,7 +398,8 @@ def _recovered(action: Optional[str]) -> Optional[str]:
 
 # -- install ---------------------------------------------------------------------------------------
 
-InstallResult = Literal["applied", "would apply", "already applied", "nothing to do"]
+# ascend_env.states.install_word's words, and "nothing to do" where nothing is asked (no extra files).
+InstallResult = Union[InstallWord, Literal["nothing to do"]]
 EntryKind = Literal["patch", "record", "extra"]
 
 
@@ -439,17 +441,18 @@ def _decide(site_packages: Path, patches: str, search_sys_path: bool) -> Tuple[b
     if patches == "always":
         return True, "--patches always"
     if patches == "never":
-        return False, "--patches never"
+        return False, "--hook-only (--patches never): transformers' files are left as they are"
     falls_back = _isin_falls_back(site_packages, search_sys_path)
     if falls_back is None:
         return (
             False,
-            "torch_npu is not installed, so isin never reaches the NPU: nothing to patch "
-            "(--patches always patches anyway)",
+            "torch_npu is not installed, so isin never reaches the NPU: no patch needed (--patches "
+            "always patches anyway); the startup hook registers an NPU isin once a torch_npu without "
+            "one is installed",
         )
     if falls_back:
         return True, "torch_npu has no native NPU isin: it would fall back to the CPU"
-    return False, "torch_npu has a native NPU isin: nothing to patch (--patches always patches anyway)"
+    return False, "torch_npu has a native NPU isin: no patch needed (--patches always patches anyway)"
 
 
 def _inspect_for_install(site_packages: Path, patches: str, directory: Path) -> Inspection:
@@ -565,16 +568,19 @@ class _InstallPlanner:
     def finish(self, dist: Optional[Distribution], wanted: bool, files: List[FileStatus]) -> None:
         """The state to leave and the result, from what the plan writes."""
         plan, report = self.plan, self.plan.report
+        prepatched = wanted and bool(files) and all(f.status == "applied" for f in files)
+        patched = prepatched or any(entry.kind == "patch" for entry in self.entries.values())
         if plan.changes:
             name = dist.name if dist is not None else DISTRIBUTION
             entries = tuple(self.entries.values())
             plan.state = State(__version__, _now(), name, report.transformers or "", entries)
-            report.result = "applied"
-        elif self.entries:
-            report.result = "already applied"
-        elif wanted and files and all(f.status == "applied" for f in files):
-            report.result = "already applied"
+            report.result = install_word(patched, changed=True, dry_run=False)
+        elif self.entries or prepatched:
+            report.result = install_word(patched, changed=False, dry_run=False)
+        if prepatched and not self.entries:
             report.reason = "the files were patched before (e.g. a +ascend wheel); nothing recorded"
+        if not wanted and patched:
+            report.reason += "; the patches applied before stay (ascend-env restore removes them)"
         report.changed = [c.path for c in plan.changes]
 
 
@@ -633,8 +639,9 @@ def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry
     """:func:`install`, with ``replan`` planning from what is on disk at the call."""
     plan = _settled(replan)
     if dry_run:
-        if plan.report.result == "applied":
-            plan.report.result = "would apply"
+        if plan.report.result in ("applied", "hook installed"):
+            patched = plan.report.result == "applied"
+            plan.report.result = install_word(patched, changed=True, dry_run=True)
         plan.report.dry_run = True
         return plan.report
     if not plan.changes and not needs_recovery(site_packages):

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, List
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.utils import atomic
+from ascend_env.utils import atomic, progress
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "sim_backend.cpp"
 LIBRARY_NAME = "libascend_sim.so"
@@ -106,7 +107,11 @@ def ensure_built() -> Path:
         if library.exists():  # another process finished it while we waited
             _check_private(library)
             return library
-        with atomic.replacing(library, suffix=".so") as partial:
+        import torch
+
+        what = f"building the simulated NPU's C++ backend for torch {torch.__version__}"
+        note = f"once, half a minute to a minute; later runs reuse it from {target_dir}"
+        with progress.step(what, note=note), atomic.replacing(library, suffix=".so") as partial:
             _compile(partial, target_dir / "build.log")
             os.chmod(partial, 0o755)
     return library
@@ -114,14 +119,41 @@ def ensure_built() -> Path:
 
 def _compile(output: Path, log: Path) -> None:
     command = compile_command(output)
+    progress.say(f"compiler command: {shlex.join(command)}", verbose=True)
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         log.write_text(shlex.join(command) + "\n\n" + result.stdout, encoding="utf-8")
         tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+        if killed(result.returncode, result.stdout):
+            raise EnvironmentProblem(
+                f"building the simulated NPU backend failed: the C++ compiler was killed (exit "
+                f"{result.returncode}), most likely by the kernel for want of memory; it needs about "
+                f"{COMPILER_MEMORY} (full log: {log}):\n{tail}",
+                "free memory (close other programs, or give the container more), then run the "
+                "command again; the backend is built once and cached",
+            )
         raise EnvironmentProblem(
             f"building the simulated NPU backend failed (full log: {log}):\n{tail}",
             "check that the C++ compiler supports C++17 and matches the one torch was built for",
         )
+
+
+#: The compiler's peak memory building the backend, rounded up: g++ 12.2 peaked at 610 MB with torch
+#: 2.1.0's headers and 880 MB with torch 2.13.0's (resident set size, measured).
+COMPILER_MEMORY = "1 GB"
+
+# What the compiler drivers print when the kernel killed the compiler proper they started: g++
+# >= 8 "fatal error: Killed signal terminated program cc1plus", older g++ "internal compiler
+# error: Killed (program cc1plus)", clang++ "error: unable to execute command: Killed".
+_KILLED = ("Killed signal terminated program", "internal compiler error: Killed",
+           "unable to execute command: Killed")
+
+
+def killed(returncode: int, output: str) -> bool:
+    """Whether the compiler (the driver, or the compiler proper it started) died of SIGKILL, as
+    the kernel's out-of-memory killer ends it: a negative return code from ``subprocess`` (-9), a
+    shell's 137, or the driver's own words for its child's death."""
+    return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or any(s in output for s in _KILLED)
 
 
 def load(torch: Any) -> Path:
@@ -156,7 +188,12 @@ def _locked(path: Path) -> Iterator[None]:
             "of your own",
         ) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress.say(f"waiting for another process that is building the simulated NPU's backend "
+                         f"in {path.parent}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

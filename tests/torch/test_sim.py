@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 
 import pytest
@@ -286,6 +287,75 @@ def test_concurrent_builders_compile_once(tmp_path, monkeypatch):
     assert len(set(results)) == 1 and results[0].read_text() == "built"
     assert sorted(p.name for p in results[0].parent.iterdir()) == sorted([build.LIBRARY_NAME, "build.lock"])
     assert build.ensure_built() == results[0] and len(compiles) == 1  # a later caller reuses it
+
+
+def test_the_build_says_that_it_runs_once_and_where_it_is_cached(tmp_path, monkeypatch, capsys):
+    from ascend_env.sim import build
+    from ascend_env.utils import progress
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(progress.VARIABLE, raising=False)
+    monkeypatch.setattr(build, "compile_command", lambda output: ["sh", "-c", f"printf built > '{output}'"])
+    library = build.ensure_built()
+    out, err = capsys.readouterr()
+    assert out == ""
+    first, last = err.splitlines()
+    assert first.startswith("ascend-env: building the simulated NPU's C++ backend for torch ")
+    assert f"(once, half a minute to a minute; later runs reuse it from {library.parent}) ..." in first
+    assert last.startswith("ascend-env: building the simulated NPU's C++ backend for torch ")
+    assert ": done in " in last
+    assert build.ensure_built() == library
+    assert capsys.readouterr().err == ""  # cached: nothing to say
+    monkeypatch.setenv(progress.VARIABLE, "-1")
+    library.unlink()
+    build.ensure_built()
+    assert capsys.readouterr().err == ""  # -q
+
+
+def test_a_wait_for_another_builder_says_so(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "compile_command", lambda output: ["sh", "-c", f"printf built > '{output}'"])
+    lock = build.build_dir() / "build.lock"
+    lock.parent.mkdir(parents=True, mode=0o700)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(1)", str(lock)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        build.ensure_built()
+    finally:
+        holder.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert "waiting for another process that is building the simulated NPU's backend" in err
+
+
+@pytest.mark.parametrize(
+    ("script", "memory"),
+    [("kill -9 $$", True),
+     ("echo 'g++: fatal error: Killed signal terminated program cc1plus'; exit 1", True),
+     ("echo 'g++: internal compiler error: Killed (program cc1plus)'; exit 4", True),
+     ("echo \"error: 'optional' in namespace 'std' does not name a template type\"; exit 1", False),
+     ("kill -11 $$", False)],
+)
+def test_a_compiler_killed_for_memory_is_not_blamed_on_cxx17(tmp_path, monkeypatch, script, memory):
+    from ascend_env.exceptions import EnvironmentProblem
+    from ascend_env.sim import build
+
+    monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "compile_command", lambda output: ["sh", "-c", script])
+    with pytest.raises(EnvironmentProblem) as info:
+        build.ensure_built()
+    error = info.value
+    assert ("most likely by the kernel for want of memory" in error.problem) is memory
+    assert ("free memory" in error.fix) is memory
+    assert ("C++17" in error.fix) is not memory
+    assert "full log: " in error.problem
+    assert not (build.build_dir() / build.LIBRARY_NAME).exists()
 
 
 def test_a_second_process_reuses_the_build(npu):

@@ -31,8 +31,77 @@ def test_every_designed_subcommand_is_listed():
 def test_unknown_subcommand_is_a_usage_error():
     result = run_cli("frobnicate")
     assert result.returncode == 2
-    assert "invalid choice" in result.stderr
+    assert "'frobnicate' is not an ascend-env command." in result.stderr
+    assert "Did you mean" not in result.stderr
     assert "--help" in result.stderr
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("instal", "install"), ("verfy", "verify"),
+                                              ("stauts", "status"), ("patch_wheel", "patch-wheel"),
+                                              ("hlep", "help")])
+def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
+    result = run_cli("-q", typed, "--json")
+    assert result.returncode == 2
+    assert f"Did you mean '{meant}'?" in result.stderr
+    assert result.stdout == ""
+
+
+def test_help_command_prints_the_command_s_help_to_stdout():
+    result = run_cli("help", "install")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: ascend-env install ")
+    assert "--hook-only" in result.stdout
+    overview = run_cli("help")
+    assert overview.returncode == 0 and "environment variables:" in overview.stdout
+    wrong = run_cli("help", "instal")
+    assert wrong.returncode == 2 and "Did you mean 'install'?" in wrong.stderr
+
+
+def test_a_bad_option_shows_the_subcommand_s_own_usage():
+    result = run_cli("status", "--json", "--bogus")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: ascend-env status ")
+    assert "ascend-env status: error: unrecognized arguments: --bogus" in result.stderr
+    assert "fix: see 'ascend-env help status'" in result.stderr
+
+
+def test_help_lists_every_environment_variable_ascend_env_reads():
+    text = cli.build_parser().format_help()
+    for name, _ in cli.ENVIRONMENT:
+        assert f"  {name} " in text
+    # Every ASCEND_ENV_* setting the package reads from os.environ is listed (internal ones that
+    # ascend-env sets for its own children are not settings).
+    import re
+
+    internal = {"ASCEND_ENV_PROGRESS_FD", "ASCEND_ENV_CRASH_AT", "ASCEND_ENV_SIM_SOC"}
+    package = Path(ROOT) / "ascend_env"
+    read = set()
+    for path in package.rglob("*.py"):
+        read.update(re.findall(r"environ(?:\.get\(|\[)\"(ASCEND_ENV_[A-Z_]+)\"", path.read_text()))
+    read = {name for name in read if not name.startswith("ASCEND_ENV_AUDIT_")} - internal
+    assert read and read <= {name for name, _ in cli.ENVIRONMENT}
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_and_verbose_set_the_verbosity_children_inherit(monkeypatch, where):
+    from ascend_env.utils import progress
+
+    seen = {}
+
+    class Command:
+        @staticmethod
+        def run(args):
+            seen["level"] = os.environ.get(progress.VARIABLE)
+            return 0
+
+    parser = cli.build_parser()  # with the real commands' options
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "_load", lambda name: Command)
+    for flags, level in (([], None), (["-q"], "-1"), (["--quiet"], "-1"), (["-v"], "1")):
+        monkeypatch.delenv(progress.VARIABLE, raising=False)
+        argv = [*flags, "status"] if where == "before" else ["status", *flags]
+        assert cli.main(argv) == 0
+        assert seen["level"] == level
 
 
 def test_no_subcommand_is_a_usage_error():
@@ -47,10 +116,12 @@ def test_every_subcommand_accepts_json(name):
     assert "--json" in options
 
 
-def test_version_flag():
+def test_version_flag_says_where_it_runs_from_and_on_which_python():
     result = run_cli("--version")
     assert result.returncode == 0
-    assert result.stdout.startswith("ascend-env ")
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert result.stdout == (f"ascend-env {cli.__version__} from {Path(ROOT) / 'ascend_env'} "
+                             f"(Python {version}, {sys.executable})\n")
 
 
 def test_output_is_plain_off_a_tty():

@@ -7,7 +7,8 @@ re-record with ``ASCEND_ENV_GOLDEN_RECORD=1`` and review the diff of ``tests/gol
 
 Normalised before comparing (and nothing else):
 - ISO 8601 timestamps (``applied_at``) -> ``<TIME>``;
-- the scenario's temporary directory -> ``<TMP>``; ``sys.executable`` -> ``<PYTHON>``;
+- the scenario's temporary directory -> ``<TMP>``; ``sys.executable`` -> ``<PYTHON>``; this
+  checkout -> ``<REPO>`` (``--version`` names it);
 - this interpreter's ``platform.python_version()`` -> ``<PYVER>``; ``platform.machine()`` ->
   ``<MACHINE>`` (the fake CANN tree is built for it, so the report does not change otherwise).
 
@@ -75,7 +76,7 @@ _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z
 
 def _normalise(text: str, tmp: Path) -> str:
     text = _TIMESTAMP.sub("<TIME>", text)
-    text = text.replace(str(tmp), "<TMP>").replace(sys.executable, "<PYTHON>")
+    text = text.replace(str(tmp), "<TMP>").replace(sys.executable, "<PYTHON>").replace(str(REPO), "<REPO>")
     text = text.replace(platform.python_version(), "<PYVER>")
     return text.replace(platform.machine(), "<MACHINE>")
 
@@ -211,6 +212,28 @@ def hook_only_steps(tmp: Path) -> List[Step]:
     ]
 
 
+def states_steps(tmp: Path) -> List[Step]:
+    """docs/states.md's table, walked through on a machine without torch_npu (the README's first
+    steps): every command says the same of the same state, with the exit code the table gives."""
+    where = _target(tmp)
+    site = where[1]
+    return [
+        (["status", *where], {}),
+        (["detect", "--path", site], {}),
+        (["install", *where], {}),
+        (["status", *where], {}),
+        (["status", "--json", *where], {}),
+        (["detect", "--path", site, "--json"], {}),
+        (["install", *where], {}),
+        (["install", "--patches", "always", "--dry-run", *where], {}),
+        (["install", "--patches", "always", *where], {}),
+        (["install", "--hook-only", *where], {}),
+        (["status", *where], {}),
+        (["restore", *where[:2]], {}),
+        (["install", "--hook-only", "--dry-run", *where], {}),
+    ]
+
+
 def patch_wheel_steps(tmp: Path) -> List[Step]:
     patches = make_patches(tmp)
     wheel = _wheel(tmp)
@@ -230,6 +253,8 @@ def usage_steps(tmp: Path) -> List[Step]:
         ([], {}),
         (["--version"], {}),
         (["frobnicate"], {}),
+        (["instal", "--dry-run"], {}),
+        (["help", "status"], {}),
         (["install", "--bogus"], {}),
         (["install", "--patches", "sometimes"], {}),
         (["status", "--json", "--bogus"], {}),
@@ -258,6 +283,7 @@ SCENARIOS: Dict[str, Callable[[Path], List[Step]]] = {
     "detect": detect_steps,
     "install_status_restore": install_steps,
     "hook_only": hook_only_steps,
+    "states": states_steps,
     "patch_wheel": patch_wheel_steps,
     "usage_errors": usage_steps,
     "environment_errors": environment_steps,

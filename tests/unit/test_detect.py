@@ -150,7 +150,9 @@ def test_no_torch_npu(tmp_path, site):
     install(site, "torch-2.13.0+cpu")
     report = run(tmp_path, site, python_version=(3, 11, 7))
     assert report.isin.falls_back is False and report.isin.reason == NO_TORCH_NPU
-    assert report.isin.install_has_work is False
+    # The startup hook is what verify requires, torch_npu or not (ascend_env.states).
+    assert report.isin.hook_installed is False and report.isin.install_has_work is True
+    assert report.isin.install_reason().startswith(f"the startup hook is not installed in {site}")
     assert report.verdict == "unknown"
 
 
@@ -226,7 +228,8 @@ def test_json_schema_is_stable(tmp_path, site):
         "installed", "version", "location", "package_dir", "requires_torch", "shadowed", "problems",
     }
     assert set(document["isin"]) == {
-        "falls_back", "status", "reason", "native", "missing", "install_has_work",
+        "falls_back", "status", "reason", "native", "missing", "install_has_work", "install_reason",
+        "hook_installed",
     }
     assert set(document["compat"]) == {"verdict", "reasons", "checks", "notes", "row"}
     assert set(document["cann"]) == {
@@ -279,3 +282,17 @@ def test_render_does_not_need_a_terminal(tmp_path, site):
     text = command.render(run(tmp_path, site))
     assert "Compatibility: mismatch" in text and "[XX] cann:" in text
     assert isinstance(io.StringIO(text).read(), str)
+
+
+def test_install_has_no_work_once_the_startup_hook_is_installed(tmp_path, site):
+    from ascend_env.hook import files as hook_files
+
+    install_torch_npu(site)
+    install(site, "transformers-4.46.3")
+    assert run(tmp_path, site).isin.install_has_work is True
+    for name, data in hook_files.files().items():
+        (site / name).write_bytes(data)
+    isin = run(tmp_path, site).isin
+    assert isin.falls_back is True  # torch_npu's own op table still lacks it
+    assert (isin.hook_installed, isin.install_has_work) == (True, False)
+    assert isin.install_reason().startswith(f"the startup hook is installed in {site}")

@@ -226,14 +226,13 @@ def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     assert "differ" in result.stdout
 
 
-def test_status_after_hook_only_says_the_patches_are_not_applied(site, patches):
-    assert (
-        run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)).returncode
-        == 0
-    )
+def test_status_after_hook_only_says_hook_only(site, patches):
+    installed = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
+    assert installed.returncode == 0 and installed.stdout.startswith("hook installed:")
     result = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
     report = json.loads(result.stdout)
-    assert report["status"] == "not applied"
+    assert (result.returncode, report["ok"], report["status"]) == (0, True, "hook only")
+    assert "run" not in report
     assert {item["status"] for item in report["files"]} == {"clean"}
 
 
@@ -397,7 +396,7 @@ def test_install_writes_bytecode_that_start_up_uses_without_writing_any(site, pa
                             timeout=60)
     assert result.returncode == 0 and f"{site / name} matches {site / hook.MODULE_FILE}" in result.stderr
     again = run_cli(*install)
-    assert again.returncode == 0 and "already applied" in again.stdout
+    assert again.returncode == 0 and again.stdout.startswith("hook already installed:")
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert not (site / name).exists()
 

@@ -334,8 +334,12 @@ def test_status_states(tmp_path, patches):
     (site / STOP_PATH).write_text(STOPPING)
     install(site, patches)
     assert engine.status(site, directory=patches).code == 0
+    # The engine alone installs no startup hook: status (ascend_env.states) says the patches are
+    # applied, and exits 1 with what to run, as verify fails there.
     result = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
-    assert result.returncode == 0 and result.stdout.startswith("applied:")
+    assert result.returncode == 1 and result.stdout.startswith("applied:")
+    assert "  run: ascend-env install\n" in result.stdout
+    assert result.stdout.endswith("status: applied: the startup hook is not installed\n")
 
 
 def test_status_without_torch_npu_and_unpatched_is_fine(site, patches):

@@ -471,6 +471,44 @@ def test_a_python_without_ascend_env_exits_2(tmp_path):
     assert code == 2, err
     result = json.loads(out)
     assert result["error"] == "EnvironmentProblem" and "cannot import ascend_env" in result["problem"]
+    # The fix installs this ascend-env (here: the checkout it runs from), never a name on an index.
+    from ascend_env import origin
+
+    assert result["fix"] == f"install this ascend-env into it: {origin.install_command(str(wrapper))}"
+    assert str(Path(verify.__file__).resolve().parents[2]) in result["fix"]
+    assert "pip install ascend-env" not in result["fix"]
+
+
+def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
+    report = {"silencers": {}, "installation": {
+        "site_packages": "/site", "hook_files": [], "hook_current": False, "hook_started": False,
+        "hook_disabled": False, "patches": {"status": "nothing to do", "code": 0, "transformers": None,
+                                            "detail": "transformers is not installed here"}},
+        "steps": {}, "torch_error": "ModuleNotFoundError: No module named 'torch'", "warnings": []}
+    result = judged(report)
+    checks = {check["name"]: check for check in result["checks"]}
+    assert checks["torch"]["detail"] == ("torch is not installed in that Python, so the simulated NPU "
+                                         "cannot start")
+    assert "reinstall" not in checks["torch"]["fix"] and "[sim]" in checks["torch"]["fix"]
+    # "transformers None" and "(no op table)" for a simulator that never started.
+    assert checks["patches"]["detail"].startswith("nothing to do: transformers (not installed) in /site")
+    text = verify.format_text(result)
+    assert "no op table" not in text and "None" not in text
+    assert text.startswith("verify: FAILED on the simulator, not a real NPU (it did not start: see the "
+                           "checks below)")
+    assert text.endswith("\nverify: FAILED: 2 of 4 checks failed: torch, hook (fix lines above)")
+    broken = judged({**report, "torch_error": "ImportError: libc10.so: cannot open shared object file"})
+    fix = {check["name"]: check["fix"] for check in broken["checks"]}["torch"]
+    assert fix.startswith("reinstall torch in that Python")
+
+
+def test_the_last_line_states_the_verdict_and_its_cause():
+    passed = verify.format_text(judged(good_report()))
+    assert passed.splitlines()[-1] == "verify: passed: all 6 checks passed"
+    report = good_report()
+    report["installation"]["hook_files"] = []
+    assert verify.format_text(judged(report)).splitlines()[-1] == (
+        "verify: FAILED: 1 of 6 checks failed: hook (fix lines above)")
 
 
 SEED_64BIT = ("[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
