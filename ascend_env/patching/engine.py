@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optiona
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
+from ascend_env.patching import bytecode
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.patching.manifest import (
     Manifest,
@@ -45,7 +46,6 @@ from ascend_env.patching.store import (
     read_state,
     remove_directory,
     state_dir,
-    unchecked_stale_bytecode,
 )
 
 __all__ = [
@@ -659,7 +659,7 @@ def _drop_stale_bytecode(site_packages: Path) -> List[str]:
     for entry in state.entries if state is not None else ():
         path = site_packages / entry.path
         data = read_file(path)
-        if data is not None and sha256_hex(data) == entry.after and unchecked_stale_bytecode(path, data):
+        if data is not None and sha256_hex(data) == entry.after and bytecode.unchecked_stale(path, data):
             drop_bytecode(path)
             dropped.append(entry.path)
     return dropped

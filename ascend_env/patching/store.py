@@ -28,7 +28,6 @@ that write point; the labels are listed in :data:`CRASH_POINTS`.
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
 import json
 import os
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.exceptions import EnvironmentProblem, reinstall
+from ascend_env.patching import bytecode
 from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
 from ascend_env.utils import atomic, jsontext
 
@@ -202,44 +202,16 @@ def drift(site_packages: Path) -> List[str]:
             lines.append(f"{entry.path} {what}")
         elif data is not None:
             lines.extend(
-                f"{entry.path}: its bytecode {pyc.name} runs other code and is never checked against it"
-                for pyc in unchecked_stale_bytecode(path, data)
+                f"{entry.path}: its bytecode {_where(path, pyc)} runs other code and is never checked "
+                "against it"
+                for pyc in bytecode.unchecked_stale(path, data)
             )
     return lines
 
 
-def _cached_bytecode(path: Path) -> List[Path]:
-    """The ``.pyc`` files in ``__pycache__`` for the module ``path`` (every interpreter and
-    optimisation level)."""
-    return list((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
-
-
-def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
-    """The cached ``.pyc`` files of ``path`` (a ``.py`` file) that were compiled with
-    ``--invalidation-mode unchecked-hash`` from other text than ``source``: Python runs them
-    without looking at the source, so ``source`` (the patched text) never runs."""
-    if path.suffix != ".py":
-        return []
-    import importlib.util
-
-    stale = []
-    try:
-        candidates = sorted(_cached_bytecode(path))
-    except OSError:
-        return []
-    expected = None
-    for pyc in candidates:
-        try:
-            with open(pyc, "rb") as handle:
-                header = handle.read(16)
-        except OSError:
-            continue
-        flags = int.from_bytes(header[4:8], "little") if len(header) == 16 else 0
-        if flags & 0b01 and not flags & 0b10:  # hash-based, source not checked (PEP 552)
-            expected = importlib.util.source_hash(source) if expected is None else expected
-            if header[8:16] != expected:
-                stale.append(pyc)
-    return stale
+def _where(source: Path, pyc: Path) -> str:
+    """``pyc``'s name where it sits in ``__pycache__`` beside ``source``, else its full path."""
+    return pyc.name if pyc.parent == source.parent / "__pycache__" else str(pyc)
 
 
 def has_state(site_packages: Path) -> bool:
@@ -553,23 +525,26 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
 
 def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
     """Remove the cached bytecode of ``path`` (a ``.py`` file), for every interpreter and
-    optimisation level, before its source changes: a ``.pyc`` compiled with
+    optimisation level, in ``__pycache__`` and under any bytecode prefix in force
+    (``PYTHONPYCACHEPREFIX``), before its source changes: a ``.pyc`` compiled with
     ``--invalidation-mode unchecked-hash`` (common in images) is never checked against its
     source, so the old code would go on running. Python writes a fresh one at the next import.
     ``keep`` names bytecode that the same run writes."""
     if path.suffix != ".py":
         return
-    cache = path.parent / "__pycache__"
-    try:
-        stale = [pyc for pyc in _cached_bytecode(path) if pyc not in keep]
-        for pyc in stale:
+    removed = set()
+    for pyc in bytecode.cached(path):
+        if pyc in keep:
+            continue
+        try:
             pyc.unlink()
-    except FileNotFoundError:  # no __pycache__, or another process removed it
-        return
-    except OSError as exc:
-        raise _write_failed(cache, exc) from None
-    if stale:
-        atomic.fsync_directory(cache)
+        except FileNotFoundError:  # another process removed it
+            continue
+        except OSError as exc:
+            raise _write_failed(pyc.parent, exc) from None
+        removed.add(pyc.parent)
+    for directory in sorted(removed):
+        atomic.fsync_directory(directory)
 
 
 def _finish(site_packages: Path, journal: Journal) -> None:
