@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
@@ -28,7 +28,15 @@ from ascend_env.patching.manifest import (
     patches_dir,
     read_patch_text,
 )
-from ascend_env.patching.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
+from ascend_env.patching.records import (
+    Distribution,
+    add_rows,
+    find_distribution,
+    is_record,
+    remove_rows,
+    rewrite_record,
+    sha256_hex,
+)
 from ascend_env.patching.store import (
     Change,
     Entry,
@@ -38,6 +46,7 @@ from ascend_env.patching.store import (
     drift,
     drop_bytecode,
     file_sha256,
+    holds_ours,
     locked_and_recovered,
     needs_recovery,
     read_blob,
@@ -45,7 +54,6 @@ from ascend_env.patching.store import (
     read_journal,
     read_state,
     remove_directory,
-    state_dir,
 )
 
 __all__ = [
@@ -415,6 +423,7 @@ class InstallReport:
     dry_run: bool = False
     bytecode_dropped: List[str] = field(default_factory=list)
     recovered: Optional[str] = None
+    adopted: List[str] = field(default_factory=list)  # files a lost state left, now recorded
 
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {
@@ -430,6 +439,8 @@ class InstallReport:
             data["dry_run"] = True
         if self.bytecode_dropped:
             data["bytecode_dropped"] = list(self.bytecode_dropped)
+        if self.adopted:
+            data["adopted"] = list(self.adopted)
         if self.recovered:
             data["recovered"] = self.recovered
         return data
@@ -508,10 +519,11 @@ def _extra_file(site_packages: Path, name: str) -> Path:
 class _InstallPlanner:
     """Builds an install plan: its writes, and the state entries the run leaves."""
 
-    def __init__(self, plan: Plan[InstallReport], old: Dict[str, Entry]) -> None:
+    def __init__(self, plan: Plan[InstallReport], old: Dict[str, Entry], recorded: Optional[State]) -> None:
         self.plan = plan
         self.site_packages = plan.site_packages
         self.old = old
+        self.recorded = recorded  # the state on disk, all of it
         self.entries: Dict[str, Entry] = {}
 
     def add(
@@ -552,7 +564,27 @@ class _InstallPlanner:
 
     def add_extra_files(self, extra_files: Mapping[str, bytes]) -> None:
         for name, data in sorted(extra_files.items()):
-            self.add(name, "extra", read_file(_extra_file(self.site_packages, name)), data)
+            current = read_file(_extra_file(self.site_packages, name))
+            previous = self.old.get(name)
+            if previous is None or (previous.before is None and is_record(name)):
+                self._adopt(name, current, data, set(extra_files) - {name})
+            else:
+                self.add(name, "extra", current, data)
+
+    def _adopt(self, name: str, current: Optional[bytes], new: bytes, others: Set[str]) -> None:
+        """An extra file the state has no entry for: a first install, or what a lost state left
+        (``.ascend-env`` deleted by hand). What restore puts back is nothing for ascend-env's own
+        files (the hook's, whatever is there now), and for a RECORD (ascend-env's own) the RECORD
+        without the rows of the other extra files, which only an earlier install adds; an old
+        state that recorded no original for a RECORD is mended the same way."""
+        original = remove_rows(current, others) if current is not None and is_record(name) else None
+        if original is not None:
+            self.plan.blobs[sha256_hex(original)] = original
+        if current != new:
+            self.plan.write(name, current, new)
+        if current is not None and (original is None or original != current):
+            self.plan.report.adopted.append(name)
+        self.entries[name] = Entry(name, "extra", _digest(original), sha256_hex(new))
 
     def keep_unclaimed(self) -> None:
         for path, entry in self.old.items():
@@ -565,11 +597,13 @@ class _InstallPlanner:
     def finish(self, dist: Optional[Distribution], wanted: bool, files: List[FileStatus]) -> None:
         """The state to leave and the result, from what the plan writes."""
         plan, report = self.plan, self.plan.report
-        if plan.changes:
+        entries = tuple(self.entries.values())
+        recorded = set(self.recorded.entries) if self.recorded is not None else set()
+        if plan.changes or (entries and set(entries) != recorded):
+            # Also without a write: the state records what a lost state left (adopted files).
             name = dist.name if dist is not None else DISTRIBUTION
-            entries = tuple(self.entries.values())
             plan.state = State(__version__, _now(), name, report.transformers or "", entries)
-            report.result = "applied"
+            report.result = "applied" if plan.changes else "already applied"
         elif self.entries:
             report.result = "already applied"
         elif wanted and files and all(f.status == "applied" for f in files):
@@ -596,7 +630,7 @@ def _plan_install(
     dist = inspection.distribution
     version = dist.version if dist is not None else None
     report = InstallReport(str(site_packages), version, patches, reason, inspection.files)
-    planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version))
+    planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version), old)
     files = inspection.files if wanted else []
     if wanted:
         report.reason = _release_reason(inspection) or report.reason
@@ -637,13 +671,13 @@ def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry
             plan.report.result = "would apply"
         plan.report.dry_run = True
         return plan.report
-    if not plan.changes and not needs_recovery(site_packages):
+    if plan.state is None and not needs_recovery(site_packages):
         plan.report.bytecode_dropped = _drop_stale_bytecode(site_packages)
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:
         plan = replan()  # again: another run may have changed things
-        if plan.changes:
+        if plan.state is not None:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
         elif read_state(site_packages) is None:
             remove_directory(site_packages)
@@ -676,6 +710,7 @@ RestoreAction = Literal[
     "skipped",
     "skipped: belongs to a transformers release that was replaced",
     "left alone: replaced by another installer since install",
+    "left alone: removed by another installer since install",
     "conflict",
 ]
 
@@ -718,9 +753,10 @@ class RestoreReport:
 class _RestorePlanner:
     """Builds a restore plan, one recorded file at a time."""
 
-    def __init__(self, plan: Plan[RestoreReport], same_release: bool) -> None:
+    def __init__(self, plan: Plan[RestoreReport], same_release: bool, extras: Set[str]) -> None:
         self.plan = plan
         self.same_release = same_release  # the recorded transformers release is still installed
+        self.extras = extras  # the paths of the extra files install wrote (the hook's)
         self.originals: Dict[str, bytes] = {}  # the patched files' restored bytes, for RECORD
         self.conflicts: List[str] = []
 
@@ -734,6 +770,8 @@ class _RestorePlanner:
 
     def _file_action(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
         digest = _digest(current)
+        if entry.kind == "extra" and entry.before is None and is_record(entry.path):
+            return self._unrecorded_record(entry, current)
         if digest == entry.before:
             return "original"
         if digest == entry.after:
@@ -746,12 +784,27 @@ class _RestorePlanner:
             # name, so restore removes it all the same, edits included.
             self.plan.write(entry.path, current, None)
             return "removed (edited since install)"
+        if entry.kind == "extra" and current is None:
+            # A file install amended (ascend-env's own RECORD) that another installer has removed
+            # since (pip uninstall ascend-env): there is nothing to put back.
+            return "left alone: removed by another installer since install"
         if entry.kind == "extra":
             # A file install amended (ascend-env's own RECORD) that another installer has
-            # replaced or removed since (pip install of another ascend-env build): it is theirs now.
+            # replaced since (pip install of another ascend-env build): it is theirs now.
             return "left alone: replaced by another installer since install"
         self.conflicts.append(entry.path)
         return "conflict"
+
+    def _unrecorded_record(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
+        """A RECORD that an older ascend-env recorded with no original (it adopted one that a lost
+        state had amended): never removed, only the rows of the extra files taken out."""
+        if current is None:
+            return "left alone: removed by another installer since install"
+        original = remove_rows(current, self.extras - {entry.path})
+        if original == current:
+            return "original"
+        self.plan.write(entry.path, current, original)
+        return "rewritten"
 
     def _put_back(self, entry: Entry, current: Optional[bytes]) -> None:
         original = None if entry.before is None else read_blob(self.plan.site_packages, entry.before)
@@ -796,7 +849,8 @@ def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
         plan.report.result = "nothing to restore"
         return plan
     dist = find_distribution(site_packages, state.distribution)
-    planner = _RestorePlanner(plan, dist is not None and dist.version == state.version)
+    extras = {entry.path for entry in state.entries if entry.kind == "extra"}
+    planner = _RestorePlanner(plan, dist is not None and dist.version == state.version, extras)
     records = []
     for entry in state.entries:
         current = read_file(site_packages / entry.path)
@@ -819,7 +873,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> RestoreReport:
             plan.report.result = "would restore"
         plan.report.dry_run = True
         return plan.report
-    if plan.report.result == "nothing to restore" and not state_dir(site_packages).exists():
+    if plan.report.result == "nothing to restore" and not holds_ours(site_packages):
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:
