@@ -196,6 +196,7 @@ class FileStatus:
     current: Optional[bytes] = None
     new: Optional[bytes] = None
     error: Optional[AscendEnvError] = None
+    original: Optional[bytes] = None  # for an applied file: the release's text, by the reverse patch
 
     def to_dict(self) -> Dict[str, Any]:
         data = {"path": self.path, "patch": self.patch, "status": self.status}
@@ -273,8 +274,19 @@ def _classify(
         new = _patched(patch, target, current, after)
         return FileStatus(target, patch.id, "clean", current=current, new=new)
     if digest == after:
-        return FileStatus(target, patch.id, "applied", current=current)
+        original = _unpatched(patch, current, before)
+        return FileStatus(target, patch.id, "applied", current=current, original=original)
     return _classify_edited(dist, target, patch, current, before)
+
+
+def _unpatched(patch: FilePatch, current: bytes, before: str) -> Optional[bytes]:
+    """``current`` (the patched text) with ``patch`` reversed, where that gives the release's
+    text (sha256 ``before``); else None."""
+    try:
+        original = apply_patch(patch, current, reverse=True)
+    except HunkMismatch:
+        return None
+    return original if sha256_hex(original) == before else None
 
 
 def _classify_edited(
@@ -494,6 +506,17 @@ def _kept_entries(old: Optional[State], version: Optional[str]) -> Dict[str, Ent
     return entries
 
 
+def _left_by_lost_state(dist: Distribution, status: FileStatus) -> bool:
+    """Whether an applied file with no state entry was patched by an install whose state was lost:
+    its RECORD row has the patched hash (install rewrites it; a hand edit does not), the release
+    is a plain one (a ``+ascend`` build of patch-wheel ships the patched text as its own), and the
+    reverse patch gives the release's text back."""
+    if status.status != "applied" or status.original is None or status.current is None:
+        return False
+    row = dist.record.get(status.path)
+    return row is not None and row.matches(status.current) and "+" not in dist.version
+
+
 def _original(previous: Optional[Entry], before: Optional[str]) -> Optional[str]:
     """What restore puts back: what was there before ascend-env first wrote the file (nothing,
     for the hook's files), not bytes someone edited into it since; but a file that another
@@ -540,8 +563,10 @@ class _InstallPlanner:
             self.entries[path] = Entry(path, kind, None, after, patch)
 
     def patch_files(self, files: List[FileStatus], dist: Optional[Distribution]) -> None:
-        """The clean files patched, the recorded ones kept, and RECORD given their hashes."""
+        """The clean files patched, the recorded ones kept, those a lost state left adopted, and
+        RECORD given their hashes."""
         final: Dict[str, bytes] = {}
+        originals: Dict[str, bytes] = {}  # of the adopted files
         for status in files:
             if status.status == "clean":
                 assert status.current is not None and status.new is not None
@@ -550,15 +575,34 @@ class _InstallPlanner:
             elif status.path in self.old and status.current is not None:
                 self.add(status.path, "patch", status.current, status.current, status.patch)
                 final[status.path] = status.current
+            elif dist is not None and _left_by_lost_state(dist, status):
+                assert status.current is not None and status.original is not None
+                self.plan.blobs[sha256_hex(status.original)] = status.original
+                before, after = sha256_hex(status.original), sha256_hex(status.current)
+                self.entries[status.path] = Entry(status.path, "patch", before, after, status.patch)
+                self.plan.report.adopted.append(status.path)
+                final[status.path], originals[status.path] = status.current, status.original
         if final:
             assert dist is not None  # the files patched belong to it
-            self._amend_record(dist, final)
+            self._amend_record(dist, final, originals)
 
-    def _amend_record(self, dist: Distribution, final: Mapping[str, bytes]) -> None:
+    def _amend_record(
+        self, dist: Distribution, final: Mapping[str, bytes], originals: Mapping[str, bytes]
+    ) -> None:
         path = dist.record_path
         current = (self.site_packages / path).read_bytes()
-        self.add(path, "record", current, rewrite_record(current, final))
+        new = rewrite_record(current, final)
         previous = self.old.get(path)
+        if previous is None and originals:
+            # Its rows of the adopted files were rewritten by the install whose state was lost.
+            original = rewrite_record(current, originals)
+            self.plan.blobs[sha256_hex(original)] = original
+            if new != current:
+                self.plan.write(path, current, new)
+            self.entries[path] = Entry(path, "record", sha256_hex(original), sha256_hex(new))
+            self.plan.report.adopted.append(path)
+            return
+        self.add(path, "record", current, new)
         if previous is not None and sha256_hex(current) == previous.after:
             self.entries[path] = Entry(path, "record", previous.before, self.entries[path].after)
 

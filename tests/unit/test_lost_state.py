@@ -19,7 +19,17 @@ from typing import Dict
 
 import pip
 import pytest
-from fake_site import make_patches, make_site, run_cli, snapshot, write_dist
+from fake_site import (
+    STOP_PATH,
+    STOPPING_PATCHED,
+    UTILS_PATCHED,
+    UTILS_PATH,
+    make_patches,
+    make_site,
+    run_cli,
+    snapshot,
+    write_dist,
+)
 
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.hook import files as hook
@@ -84,6 +94,35 @@ def test_the_advised_recovery_then_install_status_restore_leaves_the_tree_as_pip
     assert find_distribution(site, "ascend-env") is not None
     again = cli(site, patches, "install", mode)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_lost_state_without_the_reinstall_adopts_the_patched_files_and_their_record_rows(site, patches):
+    """Only .ascend-env deleted: the patched files, with the RECORD rows install rewrote, are
+    adopted (their originals from the reverse patch), and restore gives the release back."""
+    pristine = snapshot(site)
+    assert cli(site, patches, "install", "--patches=always").returncode == 0
+    lose_state(site)
+    installed = cli(site, patches, "install", "--patches=always", "--json")
+    assert installed.returncode == 0, installed.stderr
+    report = json.loads(installed.stdout)
+    assert report["changed"] == [] and {STOP_PATH, UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"} <= set(
+        report["adopted"])
+    status = cli(site, patches, "status", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "applied"
+    assert cli(site, patches, "restore").returncode == 0
+    assert snapshot(site) == pristine
+
+
+def test_patched_files_whose_record_rows_were_not_rewritten_are_not_adopted(site, patches):
+    """Patched by hand (or by a tool that left RECORD alone): not ascend-env's to undo."""
+    (site / STOP_PATH).write_text(STOPPING_PATCHED)
+    (site / UTILS_PATH).write_text(UTILS_PATCHED)
+    installed = cli(site, patches, "install", "--patches=always", "--json")
+    assert installed.returncode == 0, installed.stderr
+    report = json.loads(installed.stdout)
+    assert not {STOP_PATH, UTILS_PATH} & set(report.get("adopted", []))
+    assert cli(site, patches, "restore").returncode == 0
+    assert (site / STOP_PATH).read_text() == STOPPING_PATCHED
 
 
 def test_a_hook_only_install_after_a_lost_state_records_what_it_adopts(site, patches):
