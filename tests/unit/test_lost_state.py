@@ -344,3 +344,33 @@ def test_the_fix_for_a_missing_record_works_with_pip(tmp_path, name):
     done = run_pip(python, "uninstall", "--yes", name)
     assert done.returncode == 0, done.stderr
     assert not list(site.glob("*.dist-info"))
+
+
+# The writes of an adoption that changes no file: its stored original, the journal, the state.
+ADOPTION_POINTS = ["blob", "blobs", "journal-temp", "journal", "state", "commit", "cleanup"]
+
+
+@pytest.mark.parametrize("then", ["install", "restore"])
+@pytest.mark.parametrize("point", ADOPTION_POINTS)
+def test_an_adoption_killed_at_any_write_is_finished_by_the_next_run(site, patches, point, then):
+    pristine = snapshot(site)
+    assert cli(site, patches, "install", "--hook-only").returncode == 0
+    lose_state(site)
+    lost = snapshot(site)
+    argv = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
+    killed = run_cli(*argv, env={store.CRASH_ENV: point})
+    assert killed.returncode == 137, killed.stderr
+    assert snapshot(site, include_state=False) == lost  # an adoption writes no file outside the state
+    if then == "install":
+        assert cli(site, patches, "install", "--hook-only").returncode == 0
+        state = read_state(site)
+        assert state is not None and drift(site) == []
+        assert {e.path: e.before for e in state.entries}[OWN] is not None
+    restored = cli(site, patches, "restore")
+    assert restored.returncode == 0, restored.stderr
+    # Killed before its journal, the adoption never happened: restore has nothing to go by, and
+    # leaves the tree as the lost state left it; else it restores the tree pip left.
+    after = snapshot(site)
+    early = point in ("blob", "blobs", "journal-temp") and then == "restore"
+    assert after == (lost if early else pristine)
+    assert find_distribution(site, "ascend-env") is not None

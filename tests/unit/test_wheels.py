@@ -404,9 +404,16 @@ TAMPERED = {
 }
 
 
+@pytest.fixture(scope="module")
+def counts(request):
+    from reliability_support import summary
+
+    return summary(request.config, "hostile wheels")
+
+
 @pytest.mark.filterwarnings("ignore:Duplicate name")
 @pytest.mark.parametrize("case", sorted(TAMPERED))
-def test_a_tampered_wheel_is_refused_and_nothing_written(tmp_path, patches, original, capsys, case):
+def test_a_tampered_wheel_is_refused_and_nothing_written(tmp_path, patches, original, capsys, counts, case):
     changes, message = TAMPERED[case]
     rewrite(original, **changes)
     out = tmp_path / "out" / "dist"
@@ -416,6 +423,8 @@ def test_a_tampered_wheel_is_refused_and_nothing_written(tmp_path, patches, orig
     assert f"{original} is not the transformers 1.0.0 wheel as released" in err, err
     assert message in err and "fix: download the release again" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+    counts.bad_inputs += 1
+    counts.runs += 1
 
 
 def test_a_tampered_wheel_with_json_gives_one_error_document(tmp_path, patches, original, capsys):
