@@ -19,6 +19,17 @@ def reinstall(name: str, version: Optional[str] = None) -> str:
 REINSTALL_ASCEND_ENV = "pip install --force-reinstall <the ascend-env wheel or clone it came from>"
 
 
+def reinstall_over(name: str, version: str) -> str:
+    """The pip command that writes distribution ``name`` ``version`` over the installed one
+    without uninstalling it first: where its RECORD is gone, pip cannot uninstall it, so
+    ``--force-reinstall`` fails. ascend-env comes from the wheel or clone it came from."""
+    if name.lower().replace("_", "-") == "ascend-env":
+        source = f"<the ascend-env {version} wheel or clone it came from>"
+    else:
+        source = f"{name}=={version}"
+    return f"pip install --ignore-installed --no-deps {source}"
+
+
 class AscendEnvError(Exception):
     """Base class. ``problem`` says what is wrong, ``fix`` what to do."""
 

@@ -1,6 +1,8 @@
-"""Regenerate ``ascend_env/data/optables/optables.json`` from the torch_npu wheels on PyPI.
+"""Regenerate ``ascend_env/data/optables/optables.json`` from the torch_npu wheels of the package index.
 
-For each final torch_npu release from 2.1.0.post3 to 2.14.0 this downloads one wheel with
+The index is the one pip's own configuration names (``pip.conf``, ``PIP_INDEX_URL``, a mirror):
+``pip index versions`` lists the releases and ``pip download`` fetches them, so nothing here names a
+host. For each final torch_npu release from 2.1.0.post3 to 2.14.0 this downloads one wheel with
 ``pip download --no-deps --only-binary :all:`` (one platform and Python tag: the op lists are the
 same in every wheel of a release), reads its ``supported:`` lists with ``ascend_env.detect.npu_oplists``,
 checks whether its binaries know ``TORCH_NPU_FALLBACK_CPU_DISABLE``, and deletes the wheel.
@@ -20,7 +22,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Tuple
@@ -34,31 +35,44 @@ OUTPUT = ROOT / "ascend_env" / "data" / "optables" / "optables.json"
 FIRST = Version("2.1.0.post3")
 LAST = Version("2.14.0")
 FALLBACK_DISABLE = b"TORCH_NPU_FALLBACK_CPU_DISABLE"
-PYPI_JSON = "https://pypi.org/pypi/torch-npu/json"
 # x86_64 wheels for CPython 3.10 exist for every release in range; the tags changed in 2.7.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64")
 PYTHON_VERSION = "3.10"
 
 
-def pypi_versions() -> List[str]:
-    """Final torch_npu releases on PyPI between FIRST and LAST, oldest first."""
-    with urllib.request.urlopen(PYPI_JSON, timeout=60) as response:
-        releases = json.load(response)["releases"]
-    found = [
-        Version(v) for v, files in releases.items()
-        if files and not Version(v).is_prerelease and FIRST <= Version(v) <= LAST
-    ]
-    return [str(v) for v in sorted(found)]
+def _wheel_options() -> List[str]:
+    """pip's options for the one wheel per release this reads (binary only, one Python, x86_64)."""
+    options = ["--disable-pip-version-check", "--only-binary", ":all:", "--python-version", PYTHON_VERSION]
+    for platform in PLATFORMS:
+        options += ["--platform", platform]
+    return options
+
+
+def index_versions() -> List[str]:
+    """Final torch_npu releases between FIRST and LAST that have such a wheel, oldest first, as
+    ``pip index versions`` lists them from the index pip is configured with."""
+    command = [sys.executable, "-m", "pip", "index", "versions", "torch_npu", *_wheel_options()]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"pip index versions torch_npu failed (exit {done.returncode}): {tail}")
+    return available_versions(done.stdout)
+
+
+def available_versions(text: str) -> List[str]:
+    """The final releases between FIRST and LAST on the ``Available versions:`` line of
+    ``pip index versions``, oldest first."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            found = {Version(v.strip()) for v in line.split(":", 1)[1].split(",") if v.strip()}
+            return [str(v) for v in sorted(found) if not v.is_prerelease and FIRST <= v <= LAST]
+    raise SystemExit(f"pip index versions printed no 'Available versions:' line:\n{text}")
 
 
 def download(version: str, dest: Path) -> Path:
     """Download one torch_npu wheel of ``version`` into ``dest`` and return its path."""
-    command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-        "--python-version", PYTHON_VERSION, "--dest", str(dest),
-    ]
-    for platform in PLATFORMS:
-        command += ["--platform", platform]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *_wheel_options()]
+    command += ["--dest", str(dest)]
     subprocess.run([*command, f"torch_npu=={version}"], check=True)
     wheels = sorted(dest.glob(f"torch_npu-{version}-*.whl"))
     if not wheels:
@@ -132,7 +146,7 @@ def decode(document: dict) -> Dict[str, dict]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", nargs="*", help="only these releases (default: all on PyPI)")
+    parser.add_argument("--versions", nargs="*", help="only these releases (default: all the index has)")
     parser.add_argument("--keep", type=Path, help="keep the wheels in this folder (and reuse them)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
@@ -140,7 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     tables: Dict[str, dict] = {}
     if args.output.exists():
         tables = decode(json.loads(args.output.read_text(encoding="utf-8")))
-    versions = args.versions or pypi_versions()
+    versions = args.versions or index_versions()
     for version in versions:
         with tempfile.TemporaryDirectory() as scratch:
             where = args.keep or Path(scratch)

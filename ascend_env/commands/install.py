@@ -49,6 +49,9 @@ def describe(report: engine.InstallReport, compile_guard: bool) -> str:
         lines.append(f"  {report.recovered}")
     for path in report.changed:
         lines.append(f"  {'would change' if report.dry_run else 'changed'} {path}")
+    for path in report.adopted:
+        verb = "would adopt" if report.dry_run else "adopted"
+        lines.append(f"  {verb} {path} (left by an install whose state was lost)")
     lines.append("  " + _GUARD_LINES[compile_guard])
     lines.append(verdict_line("install", report.result, _AFTER.get(report.result, report.reason)))
     return "\n".join(lines)

@@ -102,11 +102,13 @@ def is_current(site_packages: Path) -> bool:
 
 
 # Run in a fresh interpreter by :func:`probe`: did the hook start, and what did it register once
-# torch_npu (when installed) was imported?
+# torch_npu (when installed) was imported? The answer goes to the file named by sys.argv[1]
+# (written whole, then renamed), never to stdout: torch_npu's atexit messages, a sitecustomize or
+# a .pth may print there at any time.
 # torch_npu is looked for with PathFinder alone: importlib.util.find_spec would ask the hook's
 # finder, which steps aside once asked, and the import after it would then go unseen.
 _PROBE = """
-import importlib.machinery, json, sys
+import importlib.machinery, json, os, sys
 boot = sys.modules.get("ascend_env_hook")
 report = {"ran": bool(boot and boot.STATE.started), "disabled": bool(boot and boot.STATE.disabled)}
 if report["ran"] and not report["disabled"]:
@@ -122,30 +124,70 @@ if report["ran"] and not report["disabled"]:
     status = runtime.status()
     report.update(registered=status["registered"], native=status["native"], errors=status["errors"],
                   compile_guard=status["compile_guard"])
-print(json.dumps(report))
+with open(sys.argv[1] + ".part", "w", encoding="utf-8") as answer:
+    answer.write(json.dumps(report))
+os.replace(sys.argv[1] + ".part", sys.argv[1])
 """
+
+#: The most of the probe's answer and of its stderr that :func:`probe` reads.
+ANSWER_LIMIT = 1 << 20
+_STDERR_TAIL = 1 << 16
 
 
 def probe(python: str, timeout: float = 60) -> Dict[str, object]:
     """Start ``python`` afresh and report whether the hook ran there, and what it registered once
-    torch_npu was imported; a process that takes longer than ``timeout`` seconds is stopped."""
-    import json
+    torch_npu was imported; a process that takes longer than ``timeout`` seconds is stopped.
+
+    The answer comes back in a file of its own; what the process prints to stdout is dropped and
+    its stderr goes to a file (no pipe that a process it leaves behind could hold open).
+    """
     import subprocess
+    import tempfile
 
     from ascend_env.utils.pyflags import child_flags
 
+    with tempfile.TemporaryDirectory(prefix="ascend-env-probe-") as scratch:
+        answer, errors = Path(scratch, "answer.json"), Path(scratch, "stderr")
+        try:
+            with open(errors, "wb") as stderr:
+                done = subprocess.run(
+                    [python, *child_flags(python), "-c", _PROBE, str(answer)], timeout=timeout,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                )
+        except subprocess.TimeoutExpired:
+            error = f"{python} did not finish within {timeout:.0f} s (importing torch_npu)"
+            return {"ran": False, "error": error}
+        except OSError as exc:
+            return {"ran": False, "error": f"could not run {python}: {exc}"}
+        return _answer(python, answer, errors, done.returncode)
+
+
+def _answer(python: str, answer: Path, errors: Path, code: int) -> Dict[str, object]:
+    """The probe's answer from its file; where there is none, why, from its exit code and stderr."""
+    import json
+
+    from ascend_env.utils import jsontext
+
     try:
-        done = subprocess.run(
-            [python, *child_flags(python), "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        error = f"{python} did not finish within {timeout:.0f} s (importing torch_npu)"
-        return {"ran": False, "error": error}
-    except OSError as exc:
-        return {"ran": False, "error": f"could not run {python}: {exc}"}
-    if done.returncode != 0 or not done.stdout.strip():
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"ran": False, "error": f"{python} exited {done.returncode}: {tail}"}
-    answer: Dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+        with open(answer, "rb") as handle:
+            text = handle.read(ANSWER_LIMIT + 1)
+    except FileNotFoundError:
+        return {"ran": False, "error": f"{python} exited {code}: {_last_line(errors)}"}
+    try:
+        found = jsontext.loads(text.decode("utf-8")) if len(text) <= ANSWER_LIMIT else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        found = None
+    if not isinstance(found, dict):
+        return {"ran": False, "error": f"{python} wrote an answer that is not the probe's (exit {code})"}
+    return found
+
+
+def _last_line(errors: Path) -> str:
+    """The last line of the probe's stderr, or "no output"."""
+    try:
+        with open(errors, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - _STDERR_TAIL))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    return (text.strip().splitlines() or ["no output"])[-1]

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Literal, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
+from ascend_env.patching import bytecode
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
 from ascend_env.patching.manifest import (
     Manifest,
@@ -27,7 +28,15 @@ from ascend_env.patching.manifest import (
     patches_dir,
     read_patch_text,
 )
-from ascend_env.patching.records import Distribution, add_rows, find_distribution, rewrite_record, sha256_hex
+from ascend_env.patching.records import (
+    Distribution,
+    add_rows,
+    find_distribution,
+    is_record,
+    remove_rows,
+    rewrite_record,
+    sha256_hex,
+)
 from ascend_env.patching.store import (
     Change,
     Entry,
@@ -37,6 +46,7 @@ from ascend_env.patching.store import (
     drift,
     drop_bytecode,
     file_sha256,
+    holds_ours,
     locked_and_recovered,
     needs_recovery,
     read_blob,
@@ -44,8 +54,6 @@ from ascend_env.patching.store import (
     read_journal,
     read_state,
     remove_directory,
-    state_dir,
-    unchecked_stale_bytecode,
 )
 from ascend_env.states import InstallWord, install_word
 
@@ -189,6 +197,7 @@ class FileStatus:
     current: Optional[bytes] = None
     new: Optional[bytes] = None
     error: Optional[AscendEnvError] = None
+    original: Optional[bytes] = None  # for an applied file: the release's text, by the reverse patch
 
     def to_dict(self) -> Dict[str, Any]:
         data = {"path": self.path, "patch": self.patch, "status": self.status}
@@ -266,8 +275,19 @@ def _classify(
         new = _patched(patch, target, current, after)
         return FileStatus(target, patch.id, "clean", current=current, new=new)
     if digest == after:
-        return FileStatus(target, patch.id, "applied", current=current)
+        original = _unpatched(patch, current, before)
+        return FileStatus(target, patch.id, "applied", current=current, original=original)
     return _classify_edited(dist, target, patch, current, before)
+
+
+def _unpatched(patch: FilePatch, current: bytes, before: str) -> Optional[bytes]:
+    """``current`` (the patched text) with ``patch`` reversed, where that gives the release's
+    text (sha256 ``before``); else None."""
+    try:
+        original = apply_patch(patch, current, reverse=True)
+    except HunkMismatch:
+        return None
+    return original if sha256_hex(original) == before else None
 
 
 def _classify_edited(
@@ -417,6 +437,7 @@ class InstallReport:
     dry_run: bool = False
     bytecode_dropped: List[str] = field(default_factory=list)
     recovered: Optional[str] = None
+    adopted: List[str] = field(default_factory=list)  # files a lost state left, now recorded
 
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {
@@ -432,6 +453,8 @@ class InstallReport:
             data["dry_run"] = True
         if self.bytecode_dropped:
             data["bytecode_dropped"] = list(self.bytecode_dropped)
+        if self.adopted:
+            data["adopted"] = list(self.adopted)
         if self.recovered:
             data["recovered"] = self.recovered
         return data
@@ -486,6 +509,17 @@ def _kept_entries(old: Optional[State], version: Optional[str]) -> Dict[str, Ent
     return entries
 
 
+def _left_by_lost_state(dist: Distribution, status: FileStatus) -> bool:
+    """Whether an applied file with no state entry was patched by an install whose state was lost:
+    its RECORD row has the patched hash (install rewrites it; a hand edit does not), the release
+    is a plain one (a ``+ascend`` build of patch-wheel ships the patched text as its own), and the
+    reverse patch gives the release's text back."""
+    if status.status != "applied" or status.original is None or status.current is None:
+        return False
+    row = dist.record.get(status.path)
+    return row is not None and row.matches(status.current) and "+" not in dist.version
+
+
 def _original(previous: Optional[Entry], before: Optional[str]) -> Optional[str]:
     """What restore puts back: what was there before ascend-env first wrote the file (nothing,
     for the hook's files), not bytes someone edited into it since; but a file that another
@@ -511,10 +545,11 @@ def _extra_file(site_packages: Path, name: str) -> Path:
 class _InstallPlanner:
     """Builds an install plan: its writes, and the state entries the run leaves."""
 
-    def __init__(self, plan: Plan[InstallReport], old: Dict[str, Entry]) -> None:
+    def __init__(self, plan: Plan[InstallReport], old: Dict[str, Entry], recorded: Optional[State]) -> None:
         self.plan = plan
         self.site_packages = plan.site_packages
         self.old = old
+        self.recorded = recorded  # the state on disk, all of it
         self.entries: Dict[str, Entry] = {}
 
     def add(
@@ -531,8 +566,10 @@ class _InstallPlanner:
             self.entries[path] = Entry(path, kind, None, after, patch)
 
     def patch_files(self, files: List[FileStatus], dist: Optional[Distribution]) -> None:
-        """The clean files patched, the recorded ones kept, and RECORD given their hashes."""
+        """The clean files patched, the recorded ones kept, those a lost state left adopted, and
+        RECORD given their hashes."""
         final: Dict[str, bytes] = {}
+        originals: Dict[str, bytes] = {}  # of the adopted files
         for status in files:
             if status.status == "clean":
                 assert status.current is not None and status.new is not None
@@ -541,21 +578,60 @@ class _InstallPlanner:
             elif status.path in self.old and status.current is not None:
                 self.add(status.path, "patch", status.current, status.current, status.patch)
                 final[status.path] = status.current
+            elif dist is not None and _left_by_lost_state(dist, status):
+                assert status.current is not None and status.original is not None
+                self.plan.blobs[sha256_hex(status.original)] = status.original
+                before, after = sha256_hex(status.original), sha256_hex(status.current)
+                self.entries[status.path] = Entry(status.path, "patch", before, after, status.patch)
+                self.plan.report.adopted.append(status.path)
+                final[status.path], originals[status.path] = status.current, status.original
         if final:
             assert dist is not None  # the files patched belong to it
-            self._amend_record(dist, final)
+            self._amend_record(dist, final, originals)
 
-    def _amend_record(self, dist: Distribution, final: Mapping[str, bytes]) -> None:
+    def _amend_record(
+        self, dist: Distribution, final: Mapping[str, bytes], originals: Mapping[str, bytes]
+    ) -> None:
         path = dist.record_path
         current = (self.site_packages / path).read_bytes()
-        self.add(path, "record", current, rewrite_record(current, final))
+        new = rewrite_record(current, final)
         previous = self.old.get(path)
+        if previous is None and originals:
+            # Its rows of the adopted files were rewritten by the install whose state was lost.
+            original = rewrite_record(current, originals)
+            self.plan.blobs[sha256_hex(original)] = original
+            if new != current:
+                self.plan.write(path, current, new)
+            self.entries[path] = Entry(path, "record", sha256_hex(original), sha256_hex(new))
+            self.plan.report.adopted.append(path)
+            return
+        self.add(path, "record", current, new)
         if previous is not None and sha256_hex(current) == previous.after:
             self.entries[path] = Entry(path, "record", previous.before, self.entries[path].after)
 
     def add_extra_files(self, extra_files: Mapping[str, bytes]) -> None:
         for name, data in sorted(extra_files.items()):
-            self.add(name, "extra", read_file(_extra_file(self.site_packages, name)), data)
+            current = read_file(_extra_file(self.site_packages, name))
+            previous = self.old.get(name)
+            if previous is None or (previous.before is None and is_record(name)):
+                self._adopt(name, current, data, set(extra_files) - {name})
+            else:
+                self.add(name, "extra", current, data)
+
+    def _adopt(self, name: str, current: Optional[bytes], new: bytes, others: Set[str]) -> None:
+        """An extra file the state has no entry for: a first install, or what a lost state left
+        (``.ascend-env`` deleted by hand). What restore puts back is nothing for ascend-env's own
+        files (the hook's, whatever is there now), and for a RECORD (ascend-env's own) the RECORD
+        without the rows of the other extra files, which only an earlier install adds; an old
+        state that recorded no original for a RECORD is mended the same way."""
+        original = remove_rows(current, others) if current is not None and is_record(name) else None
+        if original is not None:
+            self.plan.blobs[sha256_hex(original)] = original
+        if current != new:
+            self.plan.write(name, current, new)
+        if current is not None and (original is None or original != current):
+            self.plan.report.adopted.append(name)
+        self.entries[name] = Entry(name, "extra", _digest(original), sha256_hex(new))
 
     def keep_unclaimed(self) -> None:
         for path, entry in self.old.items():
@@ -568,16 +644,18 @@ class _InstallPlanner:
     def finish(self, dist: Optional[Distribution], wanted: bool, files: List[FileStatus]) -> None:
         """The state to leave and the result, from what the plan writes."""
         plan, report = self.plan, self.plan.report
+        entries = tuple(self.entries.values())
+        recorded = set(self.recorded.entries) if self.recorded is not None else set()
         prepatched = wanted and bool(files) and all(f.status == "applied" for f in files)
-        patched = prepatched or any(entry.kind == "patch" for entry in self.entries.values())
-        if plan.changes:
+        patched = prepatched or any(entry.kind == "patch" for entry in entries)
+        if plan.changes or (entries and set(entries) != recorded):
+            # Also without a write: the state records what a lost state left (adopted files).
             name = dist.name if dist is not None else DISTRIBUTION
-            entries = tuple(self.entries.values())
             plan.state = State(__version__, _now(), name, report.transformers or "", entries)
-            report.result = install_word(patched, changed=True, dry_run=False)
-        elif self.entries or prepatched:
+            report.result = install_word(patched, changed=bool(plan.changes), dry_run=False)
+        elif entries or prepatched:
             report.result = install_word(patched, changed=False, dry_run=False)
-        if prepatched and not self.entries:
+        if prepatched and not entries:
             report.reason = "the files were patched before (e.g. a +ascend wheel); nothing recorded"
         if not wanted and patched:
             report.reason += "; the patches applied before stay (ascend-env restore removes them)"
@@ -602,7 +680,7 @@ def _plan_install(
     dist = inspection.distribution
     version = dist.version if dist is not None else None
     report = InstallReport(str(site_packages), version, patches, reason, inspection.files)
-    planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version))
+    planner = _InstallPlanner(Plan(site_packages, report), _kept_entries(old, version), old)
     files = inspection.files if wanted else []
     if wanted:
         report.reason = _release_reason(inspection) or report.reason
@@ -644,13 +722,13 @@ def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry
             plan.report.result = install_word(patched, changed=True, dry_run=True)
         plan.report.dry_run = True
         return plan.report
-    if not plan.changes and not needs_recovery(site_packages):
+    if plan.state is None and not needs_recovery(site_packages):
         plan.report.bytecode_dropped = _drop_stale_bytecode(site_packages)
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:
         plan = replan()  # again: another run may have changed things
-        if plan.changes:
+        if plan.state is not None:
             commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
         elif read_state(site_packages) is None:
             remove_directory(site_packages)
@@ -666,7 +744,7 @@ def _drop_stale_bytecode(site_packages: Path) -> List[str]:
     for entry in state.entries if state is not None else ():
         path = site_packages / entry.path
         data = read_file(path)
-        if data is not None and sha256_hex(data) == entry.after and unchecked_stale_bytecode(path, data):
+        if data is not None and sha256_hex(data) == entry.after and bytecode.unchecked_stale(path, data):
             drop_bytecode(path)
             dropped.append(entry.path)
     return dropped
@@ -683,6 +761,7 @@ RestoreAction = Literal[
     "skipped",
     "skipped: belongs to a transformers release that was replaced",
     "left alone: replaced by another installer since install",
+    "left alone: removed by another installer since install",
     "conflict",
 ]
 
@@ -725,9 +804,10 @@ class RestoreReport:
 class _RestorePlanner:
     """Builds a restore plan, one recorded file at a time."""
 
-    def __init__(self, plan: Plan[RestoreReport], same_release: bool) -> None:
+    def __init__(self, plan: Plan[RestoreReport], same_release: bool, extras: Set[str]) -> None:
         self.plan = plan
         self.same_release = same_release  # the recorded transformers release is still installed
+        self.extras = extras  # the paths of the extra files install wrote (the hook's)
         self.originals: Dict[str, bytes] = {}  # the patched files' restored bytes, for RECORD
         self.conflicts: List[str] = []
 
@@ -741,6 +821,8 @@ class _RestorePlanner:
 
     def _file_action(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
         digest = _digest(current)
+        if entry.kind == "extra" and entry.before is None and is_record(entry.path):
+            return self._unrecorded_record(entry, current)
         if digest == entry.before:
             return "original"
         if digest == entry.after:
@@ -753,12 +835,27 @@ class _RestorePlanner:
             # name, so restore removes it all the same, edits included.
             self.plan.write(entry.path, current, None)
             return "removed (edited since install)"
+        if entry.kind == "extra" and current is None:
+            # A file install amended (ascend-env's own RECORD) that another installer has removed
+            # since (pip uninstall ascend-env): there is nothing to put back.
+            return "left alone: removed by another installer since install"
         if entry.kind == "extra":
             # A file install amended (ascend-env's own RECORD) that another installer has
-            # replaced or removed since (pip install of another ascend-env build): it is theirs now.
+            # replaced since (pip install of another ascend-env build): it is theirs now.
             return "left alone: replaced by another installer since install"
         self.conflicts.append(entry.path)
         return "conflict"
+
+    def _unrecorded_record(self, entry: Entry, current: Optional[bytes]) -> RestoreAction:
+        """A RECORD that an older ascend-env recorded with no original (it adopted one that a lost
+        state had amended): never removed, only the rows of the extra files taken out."""
+        if current is None:
+            return "left alone: removed by another installer since install"
+        original = remove_rows(current, self.extras - {entry.path})
+        if original == current:
+            return "original"
+        self.plan.write(entry.path, current, original)
+        return "rewritten"
 
     def _put_back(self, entry: Entry, current: Optional[bytes]) -> None:
         original = None if entry.before is None else read_blob(self.plan.site_packages, entry.before)
@@ -803,7 +900,8 @@ def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
         plan.report.result = "nothing to restore"
         return plan
     dist = find_distribution(site_packages, state.distribution)
-    planner = _RestorePlanner(plan, dist is not None and dist.version == state.version)
+    extras = {entry.path for entry in state.entries if entry.kind == "extra"}
+    planner = _RestorePlanner(plan, dist is not None and dist.version == state.version, extras)
     records = []
     for entry in state.entries:
         current = read_file(site_packages / entry.path)
@@ -826,7 +924,7 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> RestoreReport:
             plan.report.result = "would restore"
         plan.report.dry_run = True
         return plan.report
-    if plan.report.result == "nothing to restore" and not state_dir(site_packages).exists():
+    if plan.report.result == "nothing to restore" and not holds_ours(site_packages):
         return plan.report
     read_journal(site_packages)  # a damaged journal is refused before the lock file is made
     with locked_and_recovered(site_packages) as recovered:

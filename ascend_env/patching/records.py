@@ -12,11 +12,11 @@ import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Collection, Dict, Iterable, List, Mapping, Optional
 
 from packaging.utils import canonicalize_name
 
-from ascend_env.exceptions import EnvironmentProblem, reinstall
+from ascend_env.exceptions import EnvironmentProblem, reinstall, reinstall_over
 
 if TYPE_CHECKING:
     from importlib.metadata import PathDistribution
@@ -25,8 +25,10 @@ __all__ = [
     "Distribution",
     "RecordEntry",
     "find_distribution",
+    "is_record",
     "parse_record",
     "record_hash",
+    "remove_rows",
     "rewrite_record",
     "sha256_hex",
 ]
@@ -96,8 +98,7 @@ def rewrite_record(record: bytes, changes: Mapping[str, bytes]) -> bytes:
     for line in lines:
         body = line.rstrip("\r\n")
         ending = line[len(body) :]
-        rows = list(csv.reader([body])) if body else []
-        path = rows[0][0] if rows and rows[0] else None
+        path = _row_path(line)
         if path is not None and path in remaining:
             out.append(_format_row(path, remaining.pop(path)) + ending)
         else:
@@ -121,6 +122,26 @@ def add_rows(record: bytes, files: Mapping[str, bytes]) -> bytes:
         new += ending.encode()
     missing = sorted((path, data) for path, data in files.items() if path not in present)
     return new + "".join(_format_row(path, data) + ending for path, data in missing).encode("utf-8")
+
+
+def remove_rows(record: bytes, paths: Collection[str]) -> bytes:
+    """``record`` without the rows of ``paths`` (where it has them); every other line is kept
+    byte for byte."""
+    lines = record.decode("utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if _row_path(line) not in paths]
+    return "".join(kept).encode("utf-8")
+
+
+def _row_path(line: str) -> Optional[str]:
+    body = line.rstrip("\r\n")
+    rows = list(csv.reader([body])) if body else []
+    return rows[0][0] if rows and rows[0] else None
+
+
+def is_record(path: str) -> bool:
+    """Whether ``path`` (relative to site-packages) is a distribution's RECORD file."""
+    parent, _, name = path.rpartition("/")
+    return name == "RECORD" and parent.endswith(".dist-info") and "/" not in parent
 
 
 @dataclass(frozen=True)
@@ -179,12 +200,13 @@ def _read_record(found: _Candidate, name: str) -> Dict[str, RecordEntry]:
     except (OSError, UnicodeDecodeError) as exc:
         raise EnvironmentProblem(
             f"{found.directory.name}/RECORD cannot be read as text ({exc}).",
-            f"reinstall with pip: {reinstall(name)}.",
+            f"put the distribution's files back over it: {reinstall_over(name, found.version)}.",
         ) from None
     if text is None:
         raise EnvironmentProblem(
-            f"{found.directory.name} has no RECORD file.",
-            f"reinstall with pip: {reinstall(name)}.",
+            f"{found.directory.name} has no RECORD file, so pip can neither uninstall it nor "
+            "reinstall it in place.",
+            f"put its files back without uninstalling: {reinstall_over(name, found.version)}.",
         )
     return {entry.path: entry for entry in parse_record(text)}
 

@@ -28,11 +28,10 @@ that write point; the labels are listed in :data:`CRASH_POINTS`.
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
 import json
 import os
-import shutil
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -40,12 +39,14 @@ from pathlib import Path
 from typing import Any, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.exceptions import EnvironmentProblem, reinstall
+from ascend_env.patching import bytecode
 from ascend_env.patching.owners import give_fd, make_dir, match_owner, owner_for
 from ascend_env.utils import atomic, jsontext
 
 __all__ = [
     "CRASH_ENV", "CRASH_POINTS", "Change", "Entry", "Journal", "State", "commit", "drift",
-    "file_sha256", "has_state", "locked", "locked_and_recovered", "read_state", "recover", "state_dir",
+    "file_sha256", "has_state", "holds_ours", "locked", "locked_and_recovered", "read_state", "recover",
+    "state_dir",
 ]
 
 DIRECTORY = ".ascend-env"
@@ -56,6 +57,7 @@ TMP = "tmp"
 LOCK_FILE = "lock"
 SCHEMA = 1
 KINDS = ("patch", "record", "extra")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def state_dir(site_packages: Path) -> Path:
@@ -202,44 +204,16 @@ def drift(site_packages: Path) -> List[str]:
             lines.append(f"{entry.path} {what}")
         elif data is not None:
             lines.extend(
-                f"{entry.path}: its bytecode {pyc.name} runs other code and is never checked against it"
-                for pyc in unchecked_stale_bytecode(path, data)
+                f"{entry.path}: its bytecode {_where(path, pyc)} runs other code and is never checked "
+                "against it"
+                for pyc in bytecode.unchecked_stale(path, data)
             )
     return lines
 
 
-def _cached_bytecode(path: Path) -> List[Path]:
-    """The ``.pyc`` files in ``__pycache__`` for the module ``path`` (every interpreter and
-    optimisation level)."""
-    return list((path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
-
-
-def unchecked_stale_bytecode(path: Path, source: bytes) -> List[Path]:
-    """The cached ``.pyc`` files of ``path`` (a ``.py`` file) that were compiled with
-    ``--invalidation-mode unchecked-hash`` from other text than ``source``: Python runs them
-    without looking at the source, so ``source`` (the patched text) never runs."""
-    if path.suffix != ".py":
-        return []
-    import importlib.util
-
-    stale = []
-    try:
-        candidates = sorted(_cached_bytecode(path))
-    except OSError:
-        return []
-    expected = None
-    for pyc in candidates:
-        try:
-            with open(pyc, "rb") as handle:
-                header = handle.read(16)
-        except OSError:
-            continue
-        flags = int.from_bytes(header[4:8], "little") if len(header) == 16 else 0
-        if flags & 0b01 and not flags & 0b10:  # hash-based, source not checked (PEP 552)
-            expected = importlib.util.source_hash(source) if expected is None else expected
-            if header[8:16] != expected:
-                stale.append(pyc)
-    return stale
+def _where(source: Path, pyc: Path) -> str:
+    """``pyc``'s name where it sits in ``__pycache__`` beside ``source``, else its full path."""
+    return pyc.name if pyc.parent == source.parent / "__pycache__" else str(pyc)
 
 
 def has_state(site_packages: Path) -> bool:
@@ -302,7 +276,11 @@ def _held_too_long(path: Path, timeout: float) -> EnvironmentProblem:
 
 
 def _open_lock_file(directory: Path, path: Path) -> Optional[int]:
-    """A descriptor of the lock file, creating ``directory``; None when a concurrent run removed it."""
+    """A descriptor of the lock file, creating ``directory``; None when a concurrent run removed it.
+
+    Where the lock file cannot be created (no inode left, say), a directory this call made is
+    removed again: a refused run leaves nothing behind."""
+    made = not directory.is_dir()
     try:
         make_dir(directory)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -313,6 +291,8 @@ def _open_lock_file(directory: Path, path: Path) -> Optional[int]:
             raise _not_a_directory(directory) from None
         return None  # another run removed the directory while mkdir looked at it
     except OSError as exc:
+        if made:
+            _remove_empty(directory)
         raise _cannot_create(directory, exc) from None
     match_owner(path, directory)  # never raises: where chown is refused, the file stays as it is
     return fd
@@ -553,32 +533,37 @@ def _apply_change(site_packages: Path, change: Change, index: int, written: Froz
 
 def drop_bytecode(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
     """Remove the cached bytecode of ``path`` (a ``.py`` file), for every interpreter and
-    optimisation level, before its source changes: a ``.pyc`` compiled with
+    optimisation level, in ``__pycache__`` and under any bytecode prefix in force
+    (``PYTHONPYCACHEPREFIX``), before its source changes: a ``.pyc`` compiled with
     ``--invalidation-mode unchecked-hash`` (common in images) is never checked against its
     source, so the old code would go on running. Python writes a fresh one at the next import.
     ``keep`` names bytecode that the same run writes."""
     if path.suffix != ".py":
         return
-    cache = path.parent / "__pycache__"
-    try:
-        stale = [pyc for pyc in _cached_bytecode(path) if pyc not in keep]
-        for pyc in stale:
+    removed = set()
+    for pyc in bytecode.cached(path):
+        if pyc in keep:
+            continue
+        try:
             pyc.unlink()
-    except FileNotFoundError:  # no __pycache__, or another process removed it
-        return
-    except OSError as exc:
-        raise _write_failed(cache, exc) from None
-    if stale:
-        atomic.fsync_directory(cache)
+        except FileNotFoundError:  # another process removed it
+            continue
+        except OSError as exc:
+            raise _write_failed(pyc.parent, exc) from None
+        removed.add(pyc.parent)
+    for directory in sorted(removed):
+        atomic.fsync_directory(directory)
 
 
 def _finish(site_packages: Path, journal: Journal) -> None:
     directory = state_dir(site_packages)
-    # Bytecode that the journal itself writes (the hook's .pyc) is not stale bytecode to drop.
+    # Bytecode that the journal writes or the state keeps (the hook's .pyc) is not stale bytecode
+    # to drop: a .pyc a lost state left, adopted as it is, must still be there afterwards.
+    kept = [entry.path for entry in journal.state.entries if entry.after] if journal.state else []
     written = frozenset(
-        site_packages / change.path
-        for change in journal.changes
-        if change.after and change.path.endswith(".pyc")
+        site_packages / path
+        for path in [change.path for change in journal.changes if change.after] + kept
+        if path.endswith(".pyc")
     )
     for index, change in enumerate(journal.changes):
         _apply_change(site_packages, change, index, written)
@@ -604,26 +589,72 @@ def _finish(site_packages: Path, journal: Journal) -> None:
     _crash_point("cleanup")
 
 
+def _ours(path: Path) -> bool:
+    """Whether ascend-env wrote ``path`` (inside ``.ascend-env``): its state, journal and lock,
+    stored bytes (named by their sha256) and temporary files (named ``.<random>``)."""
+    parent = path.parent.name
+    if parent == ORIGINALS:
+        return bool(_DIGEST.match(path.name))
+    if parent == TMP:
+        return path.name.startswith(".")
+    return path.name in (STATE_FILE, JOURNAL_FILE, LOCK_FILE) or path.name.startswith(".")
+
+
 def _clean(directory: Path, keep: Iterable[str]) -> None:
+    """Remove stored bytes no state names and temporary files; what ascend-env did not write stays."""
     keep = set(keep)
-    originals = directory / ORIGINALS
-    for path in list(originals.iterdir()) if originals.is_dir() else []:
-        if path.name not in keep:
-            path.unlink()
-    shutil.rmtree(directory / TMP, ignore_errors=True)
+    for sub in (ORIGINALS, TMP):
+        for path in _files(directory / sub):
+            if _ours(path) and path.name not in keep:
+                path.unlink()
+    _remove_empty(directory / TMP)
+
+
+def _files(directory: Path) -> List[Path]:
+    """The plain files in ``directory`` (none where it is not a directory)."""
+    try:
+        return [path for path in directory.iterdir() if path.is_file() and not path.is_symlink()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _remove_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:  # not empty (a file ascend-env did not write), or gone
+        pass
 
 
 def remove_directory(site_packages: Path) -> None:
-    """Remove ``.ascend-env/`` (the lock file last, so waiters notice it went)."""
+    """Remove what ascend-env wrote in ``.ascend-env/``, the lock file last (so waiters notice
+    it went), and the directory once empty. A file ascend-env did not write stays, and with it
+    the directory."""
     directory = state_dir(site_packages)
-    for child in list(directory.iterdir()) if directory.is_dir() else []:
-        if child.name == LOCK_FILE:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
-    shutil.rmtree(directory, ignore_errors=True)
+    for sub in (ORIGINALS, TMP):
+        for path in _files(directory / sub):
+            if _ours(path):
+                path.unlink()
+        _remove_empty(directory / sub)
+    lock = directory / LOCK_FILE
+    for path in _files(directory):
+        if _ours(path) and path != lock:
+            path.unlink()
+    try:
+        lock.unlink()
+    except FileNotFoundError:
+        pass
+    _remove_empty(directory)
+
+
+def holds_ours(site_packages: Path) -> bool:
+    """Whether ``.ascend-env/`` holds a file ascend-env wrote; an empty one is removed (a run
+    refused for want of an inode left it in older releases)."""
+    directory = state_dir(site_packages)
+    places = (directory, directory / ORIGINALS, directory / TMP)
+    found = any(_ours(path) for place in places for path in _files(place))
+    if not found:
+        _remove_empty(directory)
+    return found
 
 
 def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) -> None:
@@ -633,9 +664,14 @@ def commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) ->
     """
     directory = state_dir(site_packages)
     needed = {c.after for c in journal.changes if c.after} | {c.before for c in journal.changes if c.before}
-    missing = sorted(digest for digest in needed if digest not in blobs)
+    # The originals the state names: new ones come in ``blobs`` (a file adopted without a write),
+    # the others are stored already.
+    originals = {e.before for e in journal.state.entries if e.before} if journal.state else set()
+    stored = {d for d in originals - set(blobs) if file_sha256(directory / ORIGINALS / d) == d}
+    missing = sorted(digest for digest in needed | originals if digest not in blobs and digest not in stored)
     if missing:
         raise ValueError(f"commit: no bytes for {missing}")
+    needed |= originals - stored
     try:
         for digest in sorted(needed):
             if _sha256_hex(blobs[digest]) != digest:

@@ -19,9 +19,9 @@ import io
 import re
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -37,13 +37,13 @@ from ascend_env.patching.manifest import (
     patches_dir,
     read_patch_text,
 )
-from ascend_env.patching.records import record_digest, record_hash, sha256_hex
+from ascend_env.patching.records import RecordEntry, record_digest, record_hash, sha256_hex
+from ascend_env.patching.wheel_members import SIGNATURES, MemberHash, check_layout
 from ascend_env.utils import atomic
 
 __all__ = ["LOCAL_PREFIX", "PatchedWheel", "patch_wheel"]
 
 LOCAL_PREFIX = "ascend"
-_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,18 @@ class _Source:
     archive: zipfile.ZipFile
     infos: List[zipfile.ZipInfo]
     members: Dict[str, zipfile.ZipInfo]
+    rows: Dict[str, RecordEntry] = field(default_factory=dict)  # the wheel's RECORD, once checked
 
     def read(self, name: str) -> bytes:
-        return _read(self.archive, self.wheel, self.members[name])
+        """The bytes of member ``name``, checked against its RECORD row."""
+        data = _read(self.archive, self.wheel, self.members[name])
+        digest = MemberHash(name, self.rows[name])
+        digest.update(data)
+        digest.check(self.wheel, self.project, self.version)
+        return data
+
+    def hasher(self, name: str) -> MemberHash:
+        return MemberHash(name, self.rows[name])
 
 
 @dataclass(frozen=True)
@@ -198,6 +207,7 @@ def patch_wheel(
         source = _source(wheel, project, str(version), archive)
         old_info = _dist_info(list(source.members), project)
         new_info = old_info[: -len(".dist-info")].rsplit("-", 1)[0] + f"-{new_version}.dist-info"
+        source = _checked(source, old_info, {target.split("/", 1)[0] for target in release.changes})
         changed = _patched_members(source, release, manifest, directory)
         changed.update(_new_metadata(source, old_info, new_version))
         _write_wheel(path, lambda out: _write_members(source, out, changed, old_info, new_info))
@@ -218,21 +228,42 @@ def _source(wheel: Path, project: str, version: str, archive: zipfile.ZipFile) -
     return _Source(wheel, project, version, archive, infos, {info.filename: info for info in infos})
 
 
-def _new_metadata(source: _Source, old_info: str, new_version: str) -> Dict[str, bytes]:
-    """``METADATA`` with the local version (the wheel must hold it and a RECORD)."""
-    metadata = f"{old_info}/METADATA"
-    if metadata not in source.members or f"{old_info}/RECORD" not in source.members:
+def _checked(source: _Source, old_info: str, packages: Set[str]) -> _Source:
+    """``source`` with its RECORD rows, once its members' names, kinds and places are a
+    release's and its RECORD lists exactly its files (see :func:`check_layout`)."""
+    metadata, record = f"{old_info}/METADATA", f"{old_info}/RECORD"
+    if metadata not in source.members or record not in source.members:
         raise EnvironmentProblem(f"the wheel has no {metadata} or RECORD.", "pass an unmodified wheel.")
+    rows = check_layout(
+        source.wheel, source.project, source.version, source.archive.infolist(),
+        _read(source.archive, source.wheel, source.members[record]), old_info, packages,
+    )
+    return replace(source, rows=rows)
+
+
+def _new_metadata(source: _Source, old_info: str, new_version: str) -> Dict[str, bytes]:
+    """``METADATA`` with the local version."""
+    metadata = f"{old_info}/METADATA"
     return {metadata: _set_version(source.read(metadata), new_version)}
 
 
 def _write_wheel(path: Path, write: Callable[[zipfile.ZipFile], None]) -> None:
     """Create ``path`` with what ``write`` puts into a new zip file: written under a temporary name
-    in the same directory and renamed over ``path``, so that ``path`` is whole or untouched."""
+    in the same directory and renamed over ``path``, so that ``path`` is whole or untouched (and
+    the directories made for it are removed again when ``write`` fails)."""
+    made = [parent for parent in (path.parent, *path.parent.parents) if not parent.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.replacing(path, suffix=".whl") as temporary:
-        with zipfile.ZipFile(temporary, "w") as out:
-            write(out)
+    try:
+        with atomic.replacing(path, suffix=".whl") as temporary:
+            with zipfile.ZipFile(temporary, "w") as out:
+                write(out)
+    except BaseException:
+        for directory in made:  # deepest first
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
 
 
 #: The largest wheel member that patch-wheel reads (transformers' largest file is under 1 MiB).
@@ -318,7 +349,7 @@ def _write_members(
     rows: List[Tuple[str, str, int]] = []
     for info in source.infos:
         top, _, rest = info.filename.partition("/")
-        if top == old_info and rest in ("RECORD", *_SIGNATURES):
+        if top == old_info and rest in ("RECORD", *SIGNATURES):
             continue
         name = f"{new_info}/{rest}" if top == old_info else info.filename
         if info.filename in changed:
@@ -337,15 +368,18 @@ def _copy_member(
 ) -> Tuple[str, int]:
     """Stream one member into ``out`` in blocks; its RECORD hash and size."""
     digest = hashlib.sha256()
+    recorded = source.hasher(info.filename)
     size = 0
     try:
         with source.archive.open(info) as member, out.open(new, "w") as target:
             for block in iter(lambda: member.read(1 << 20), b""):
                 digest.update(block)
+                recorded.update(block)
                 size += len(block)
                 target.write(block)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise _damaged(source.wheel, info, exc) from None
+    recorded.check(source.wheel, source.project, source.version)
     return record_digest(digest.digest()), size
 
 

@@ -223,6 +223,8 @@ def test_one_source_for_every_reinstall_command():
     assert reinstall("torch_npu") == "pip install --force-reinstall --no-deps torch_npu"
     assert "wheel or clone" in REINSTALL_ASCEND_ENV
     package = Path(__file__).resolve().parents[2] / "ascend_env"
+    flags = ("--force-reinstall", "--ignore-installed")
     by_hand = [str(path.relative_to(package)) for path in package.rglob("*.py")
-               if "--force-reinstall" in path.read_text(encoding="utf-8") and path.name != "exceptions.py"]
+               if any(flag in path.read_text(encoding="utf-8") for flag in flags)
+               and path.name != "exceptions.py"]
     assert by_hand == []

@@ -62,3 +62,54 @@ def test_check_is_an_executable_bash_script():
     check = CONTAINER / "check"
     assert check.read_text().startswith("#!/usr/bin/env bash\n")
     assert os.stat(check).st_mode & stat.S_IXUSR
+
+
+# -- where the check's packages come from ----------------------------------------------------------
+
+def _run_mirror(tmp_path: Path, indextargets: str, uid: int = 1000):
+    """container/debian-mirror with a stand-in apt-get (and id) printing ``indextargets``."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "targets").write_text(indextargets)
+    (bin_dir / "apt-get").write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = indextargets ] && cat {tmp_path / "targets"} && exit 0\n'
+        f'echo "$@" >> {tmp_path / "apt-calls"}\n'
+    )
+    (bin_dir / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    for tool in ("apt-get", "id"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    command = [str(CONTAINER / "debian-mirror")]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_the_debian_mirror_is_the_one_apt_uses(tmp_path):
+    listing = (
+        "https://packages.example/apt/ Example stable\n"
+        "http://mirror.example/debian-security/ Debian bookworm-security\n"
+        "http://mirror.example/debian/ Debian bookworm\n"
+        "http://mirror.example/debian/ Debian bookworm-updates\n"
+    )
+    done = _run_mirror(tmp_path, listing)
+    assert done.returncode == 0 and done.stdout == "http://mirror.example/debian\n"
+
+
+def test_no_debian_archive_in_apt_is_said_not_guessed(tmp_path):
+    done = _run_mirror(tmp_path, "http://archive.example/ubuntu/ Ubuntu jammy\n")
+    assert done.returncode == 1 and done.stdout == ""
+    assert not (tmp_path / "apt-calls").exists()  # not root: no apt-get update
+
+
+def test_the_container_check_and_the_generators_name_no_package_registry():
+    """Packages come from the machine's apt and pip configuration; no host of an archive or an
+    index is written into the project's scripts or these docs."""
+    files = [*CONTAINER.rglob("*"), ROOT / "tools" / "gen_optables.py", ROOT / "docs" / "docker.md",
+             ROOT / "docs" / "install.md", ROOT / "docs" / "reliability.md", ROOT / "docs" / "simulator.md"]
+    url = re.compile(r"\b(?:https?|ftp)://(?!localhost\b)[\w.-]+")
+    named = [f"{path.relative_to(ROOT)}: {match.group()}" for path in files
+             if path.is_file() and path.suffix not in (".whl",)
+             for match in url.finditer(path.read_text(encoding="utf-8", errors="replace"))]
+    assert named == []

@@ -217,6 +217,62 @@ def test_a_hanging_probe_is_stopped_and_said(tmp_path: Path, patches):
     assert found["ran"] is False and "did not finish within 2 s (importing torch_npu)" in found["error"]
 
 
+# What the probed process (``python -c``: status's own process prints nothing) may print to stdout
+# at exit, as torch_npu's atexit handlers do: a line, a line of JSON, a torrent.
+AT_EXIT = {
+    "a line": "'torch_npu: shutting down'",
+    "json": "'{\"ran\": false}'",
+    "a torrent": "'x' * (1 << 21)",
+}
+
+
+@pytest.mark.parametrize("printed", sorted(AT_EXIT))
+def test_status_keeps_its_answer_when_the_probed_process_prints_at_exit(tmp_path: Path, patches, printed):
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_printer.pth").write_text(
+        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and print({AT_EXIT[printed]}))\n")
+    result = status_in(python, "--json", "--patches-dir", str(patches))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert report["hook"]["probe"]["ran"] is True and report["hook"]["probe"]["backend"] is None
+    text = status_in(python, "--patches-dir", str(patches))
+    assert text.returncode == 0 and "startup hook: ran in a fresh process; waits" in text.stdout
+
+
+def test_status_keeps_its_answer_when_every_process_prints_at_start(tmp_path: Path, patches):
+    """A sitecustomize or .pth that prints in every process (status's own output gets it too)."""
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_printer.pth").write_text("import sys; sys.stdout.write('{\"hello\": 1}\\n')\n")
+    text = status_in(python, "--patches-dir", str(patches))
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    assert "startup hook: ran in a fresh process; waits" in text.stdout
+
+
+# What something in the probed process may write over the answer file at exit (Python expressions).
+OVERWRITES = {
+    "truncated": "'{'",
+    "deep": "'[' * 100000",
+    "a list": "'[1, 2]'",
+    "not utf-8": "b'\\xff'",
+    "too big": "b' ' * (2 << 20) + b'{}'",
+}
+
+
+@pytest.mark.parametrize("overwrite", sorted(OVERWRITES))
+def test_a_probe_answer_that_is_not_the_probes_is_said_not_parsed(tmp_path: Path, patches, overwrite):
+    """Something in the probed process overwrites the answer file at exit: a clear error."""
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    data = OVERWRITES[overwrite]
+    write = f"open(sys.argv[1], 'wb').write({data} if isinstance({data}, bytes) else ({data}).encode())"
+    (site / "zz_overwrite.pth").write_text(
+        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and {write})\n")
+    found = hook.probe(str(python))
+    assert found["ran"] is False and "wrote an answer that is not the probe's" in str(found["error"])
+
+
 def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))

@@ -87,3 +87,16 @@ def test_generator_encoding_round_trips(tables):
     full = {v: {"ops": sorted(ops), "wheel": f"w-{v}.whl", "fallback_disable": len(ops) % 2 == 0}
             for v, ops in tables.items()}
     assert gen.decode(gen.encode(full)) == full
+
+
+def test_the_generator_reads_the_releases_from_pips_own_listing():
+    """tools/gen_optables.py asks pip (`pip index versions`, honouring pip.conf) which releases
+    the index has: final ones in range, oldest first."""
+    generator = load_generator()
+    listing = (
+        "torch_npu (2.15.0)\n"
+        "Available versions: 2.15.0, 2.14.0, 2.10.0rc1, 2.4.0, 2.1.0.post6, 2.1.0.post3, 2.1.0\n"
+    )
+    assert generator.available_versions(listing) == ["2.1.0.post3", "2.1.0.post6", "2.4.0", "2.14.0"]
+    with pytest.raises(SystemExit, match="no 'Available versions:' line"):
+        generator.available_versions("ERROR: No matching distribution found for torch_npu\n")

@@ -310,6 +310,7 @@ def test_creating_the_state_directory_fails(capsys, counts, monkeypatch, site, p
     code = main([*argv, "--json"] if as_json else argv)
     captured = capsys.readouterr()
     assert code == 2 and snapshot(site) == before
+    assert not state_dir(site).exists()  # not even an empty one (the next restore needs no inode)
     if as_json:
         report = json.loads(captured.out)
         assert report["ok"] is False and words in report["problem"] and report["fix"]

