@@ -192,7 +192,7 @@ def check_requirement(requirement: str, installed: str) -> Tuple[str, str]:
         return OK, (
             f"torch {installed} is the release torch_npu requires ('{req}') but not that build: "
             "pip check reports it; the x86_64 torch_npu wheels up to 2.11.x ask for the +cpu build "
-            "from https://download.pytorch.org/whl/cpu."
+            "(PyTorch's CPU index, given to pip with --index-url)."
         )
     return MISMATCH, f"torch {installed} does not satisfy torch_npu's requirement '{req}'."
 
