@@ -227,10 +227,13 @@ def test_findings_add_up_every_process_and_keep_each():
     assert findings["errors"] == ["no compiler"] and findings["ended"] == "exited 0"
     assert [(p["pid"], p["is_command"], p["abnormal"]) for p in findings["per_process"]] == [
         (10, True, False), (11, False, True)]
-    assert audit.exit_code(findings) == 1
+    # A simulator that cannot start is the environment's problem (exit 2), said once, last.
+    assert audit.exit_code(findings) == 2
     text = audit.format_text(findings)
     assert "1 Python process ended abnormally:\n  pid 11 (w.py): ended without a last report" in text
     assert f"  {ISIN}  3  (pids 10, 11)" in text
+    assert text.count("no compiler") == 1
+    assert text.splitlines()[-1] == "audit error: the simulated NPU could not start in 1 process: no compiler"
 
 
 def test_ranks_name_where_an_op_fell_back():
@@ -238,7 +241,10 @@ def test_ranks_name_where_an_op_fell_back():
     reports = [report(10), report(11, {}, done, rank="0"), report(12, {ISIN: 1}, done, rank="1")]
     findings = audit.findings_from("t", ["torchrun"], audit.Outcome(10, 0), reports)
     lines = audit.format_text(findings).splitlines()
-    assert lines[1:] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
+    assert lines[1:-1] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
+    assert lines[-1] == (f"audit failed on torch_npu t: 1 op fell back to the CPU ({ISIN}); fix: run "
+                         "python -m ascend_env install (its startup hook registers an NPU kernel for them), "
+                         "then audit again")
 
 
 def test_a_timeout_fails_even_without_fallbacks():
@@ -248,8 +254,33 @@ def test_a_timeout_fails_even_without_fallbacks():
 
 
 def test_nothing_audited_says_how_the_command_ended():
-    with pytest.raises(EnvironmentProblem, match=r"nothing was audited \(the command killed by SIGKILL\)"):
+    with pytest.raises(EnvironmentProblem, match=r"audited \(the command killed by SIGKILL\): no Python pro"):
         audit.findings_from("t", ["x"], audit.Outcome(10, -9), [])
+
+
+def test_processes_that_never_imported_torch_audit_nothing():
+    light = dict(report(10, end={"how": "exit"}), torch=False)
+    with pytest.raises(EnvironmentProblem, match=r"\(the command exited 1\): 1 Python process ran, and none "
+                                                 "imported torch") as raised:
+        audit.findings_from("t", ["x"], audit.Outcome(10, 1), [light])
+    assert raised.value.exit_code == 2
+    # One that did is audited; the light one still counts as an audited process.
+    findings = audit.findings_from("t", ["x"], audit.Outcome(10, 0), [light, report(11, end={"how": "exit"})])
+    assert findings["processes"] == 2 and audit.exit_code(findings) == 0
+    assert [p["torch"] for p in findings["per_process"]] == [False, True]
+
+
+def test_the_last_line_states_the_verdict_and_its_cause():
+    done = {"how": "exit"}
+    passed = audit.findings_from("2.4.0", ["x"], audit.Outcome(10, 0), [report(10, end=done)])
+    assert audit.format_text(passed).splitlines()[-1] == (
+        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process")
+    many = {f"aten::op{i}": 1 for i in range(70)}
+    failed = audit.findings_from("2.1.0.post6", ["x"], audit.Outcome(10, 3), [report(10, many, done)])
+    last = audit.format_text(failed).splitlines()[-1]
+    assert last.startswith("audit failed on torch_npu 2.1.0.post6: 70 ops fell back to the CPU (aten::op0, "
+                           "aten::op1, ...); the command exited 3; fix: no NPU kernel in this release")
+    assert audit.verdict(failed).code == 1
 
 
 # ---------------------------------------------------------------- running and stopping a command
@@ -279,8 +310,18 @@ def test_what_the_command_leaves_running_is_stopped(tmp_path, monkeypatch):
     assert not alive(int(pidfile.read_text()))
 
 
+@pytest.fixture
+def sigint_as_python_starts():
+    """SIGINT as an interactive Python starts with it (KeyboardInterrupt), whatever it was: a shell's
+    background job ignores it, and a test must not depend on how the suite was started."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum):
+def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum,
+                                                                          sigint_as_python_starts):
     pidfile = tmp_path / "pid"
     made = []
     real_mkdtemp = audit.tempfile.mkdtemp
@@ -299,7 +340,23 @@ def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_pat
     assert raised.value.signum == signum
     assert not alive(int(pidfile.read_text()))
     assert made and not os.path.exists(made[0])
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as it was before the audit
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    """In a shell's background job SIGINT is ignored (Ctrl-C is for the foreground job): the audit
+    keeps it so, and runs the command to its end."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(EnvironmentProblem, match=r"the command exited 0"):
+            audit.run(["sh", "-c", "sleep 1"], "2.4.0")  # not interrupted: nothing audited, said so
+        timer.join()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_timeout_must_be_positive():
