@@ -416,14 +416,15 @@ def findings_from(
     """The audit's findings from the command's outcome and its processes' reports.
 
     Raises EnvironmentProblem where nothing ran on the simulator: no Python process imported torch
-    (or none reported) and none ran unaudited.
+    (or none reported), none ran unaudited, and the command did not time out.
     """
     audited = [r for r in reports if "unaudited" not in r]
     unaudited = list(outcome.unaudited) + [
         {"pid": int(r["pid"]), "argv": list(r.get("argv") or []), "why": str(r["unaudited"])}
         for r in reports if "unaudited" in r]
     errors = [str(report["error"]) for report in audited if "error" in report]
-    if not any(r.get("torch", True) for r in audited) and not errors and not unaudited and not bad_reports:
+    simulated = any(r.get("torch", True) for r in audited)
+    if not (simulated or errors or unaudited or bad_reports or outcome.timed_out):
         seen = (f"{_plural(len(audited), 'Python process', 'es')} ran, and none imported torch" if audited
                 else "no Python process reported")
         raise EnvironmentProblem(
@@ -478,7 +479,7 @@ def _process_findings(report: Mapping[str, Any], outcome: Outcome) -> ProcessFin
 
 
 def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Optional[float] = None,
-        soc: Optional[str] = None, paths: bool = False, stdout: Optional[IO[Any]] = None) -> Findings:
+        soc: Optional[str] = None, paths: bool = False, stdout: Union[None, int, IO[Any]] = None) -> Findings:
     """Run ``command`` on the simulated NPU and return the audit's findings (see ``findings_from``).
 
     Keys: ``table``, ``table_chosen`` (``given``, ``installed``, ``oldest``), ``command``,
@@ -491,7 +492,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     ``timeout`` seconds the command and every process it started are stopped. SIGINT or SIGTERM to
     this process stops them as well, removes the reports and raises :class:`Interrupted`. With
     ``paths``, also ``soc`` and ``paths`` (``ascend_env.sim.paths.summarize``). ``stdout``: where
-    the command's standard output goes (default: this process's).
+    the command's standard output goes, a file or a descriptor (default: this process's).
     """
     _check_arguments(command, timeout)
     table = choose_table(torch_npu)
@@ -677,7 +678,7 @@ class _Watchdog:
 
 
 def _supervise(command: List[str], env: Dict[str, str], timeout: Optional[float], reports: Path,
-               stdout: Optional[IO[Any]] = None) -> Outcome:
+               stdout: Union[None, int, IO[Any]] = None) -> Outcome:
     """Run the command in a session of its own; follow its process tree; stop it after
     ``timeout`` and on SIGINT/SIGTERM; stop what it leaves behind."""
     signals = _Signals()

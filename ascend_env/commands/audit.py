@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 # The JSON document is stdout's alone: the command's own output goes to stderr.
                 findings = audit.run(command, release, timeout=args.timeout, soc=args.soc, paths=paths,
-                                     stdout=sys.stderr if json_on_stdout else None)
+                                     stdout=_stderr_fd() if json_on_stdout else None)
             except audit.Interrupted:
                 raise
             except AscendEnvError as exc:
@@ -105,6 +105,16 @@ def run(args: argparse.Namespace) -> int:
                 write_text(f"audit: torch_npu {release}: {result}")
         write_text(audit.combined_verdict(results, fail_on).line)
     return _code(results, fail_on)
+
+
+def _stderr_fd() -> int:
+    """This process's standard error as a file descriptor for the command (fd 2 where sys.stderr
+    has none, as under a test's capture)."""
+    sys.stderr.flush()
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 def _code(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> int:
