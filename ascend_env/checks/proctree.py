@@ -65,14 +65,17 @@ class Member:
         return bool(_PYTHON.match(name))
 
     def look(self) -> None:
-        """Read the process's program, command line and environment again (after an ``exec``)."""
+        """Read the process's program and command line again (an ``exec`` changes them, though it
+        may run the same program: a fork of Python that execs Python), and its environment when
+        they changed."""
         exe = _readlink(f"/proc/{self.pid}/exe")
-        if exe == self.exe and self.argv:
+        data = _read(f"/proc/{self.pid}/cmdline")
+        argv = [part.decode("utf-8", "surrogateescape") for part in (data or b"").split(b"\0")[:-1]]
+        if not exe or not argv:  # exiting (its memory is gone) or not ours to read: keep what was seen
             return
-        self.exe = exe
-        argv = _read(f"/proc/{self.pid}/cmdline")
-        if argv is not None:
-            self.argv = [part.decode("utf-8", "surrogateescape") for part in argv.split(b"\0")[:-1]]
+        if exe == self.exe and argv == self.argv and self.environ:
+            return
+        self.exe, self.argv = exe, argv
         environ = _read(f"/proc/{self.pid}/environ")
         if environ is not None:
             self.environ = dict(_pair(entry) for entry in environ.split(b"\0") if b"=" in entry)
