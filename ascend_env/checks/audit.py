@@ -234,7 +234,7 @@ def _read_report(path: Path) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})", None
     if len(data) > MAX_REPORT_BYTES:
-        return f"larger than {MAX_REPORT_BYTES >> 20} MiB", None
+        return f"larger than {MAX_REPORT_BYTES} bytes", None
     try:
         value = jsontext.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -789,9 +789,9 @@ def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
         pids = guard.get("pids") or []
         where = "" if len(pids) <= 1 else f" (in {len(pids)} processes)"
         lines.append(f"  compile guard{where}: {guard_text(guard)}")
-    if summary["would_compile"] or summary["warnings_64bit"]:
+    if _steady_count(summary, "would_compile") or summary["warnings_64bit"]:
         lines.append(f"  fix: {fix_line(summary, ['compiles'])}")
-    elif summary["host_syncs"]:
+    elif _steady_count(summary, "host_syncs"):
         lines.append(f"  fix: {fix_line(summary, ['syncs'])}")
     return lines
 
