@@ -187,6 +187,7 @@ class VerifyResult:
     installation: Dict[str, Any]
     hook: Optional[Dict[str, Any]]
     warnings: List[Dict[str, Any]]
+    import_paths: List[Dict[str, Any]] = field(default_factory=list)
     python: Optional[str] = None  # set by verify(), with seconds; judge() alone leaves both out
     seconds: Optional[float] = None
 
@@ -198,7 +199,7 @@ class VerifyResult:
             "checks": [check.to_dict() for check in self.checks],
             "fallbacks": {op: item.to_dict() for op, item in self.fallbacks.items()},
             "findings": list(self.findings), "installation": self.installation, "hook": self.hook,
-            "warnings": list(self.warnings),
+            "import_paths": list(self.import_paths), "warnings": list(self.warnings),
         }
         if self.python is not None:
             data["python"] = self.python
@@ -538,25 +539,34 @@ def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Check
     if not heard:
         return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
     registered: List[str] = []
-    paths: Dict[str, str] = {}
+    paths: List[str] = []
     for smoke in heard:
         record = smoke.report["hook"]
         failed = _hook_record_check(record, _import_path(smoke))
         if failed is not None:
             return failed
         registered = registered or list(record["registered"])
-        if not smoke.report.get("imports", {}).get("skipped"):
-            paths.setdefault(_import_path(smoke), record["events"][0].partition(": ")[2] or "import")
-    heard_text = "; ".join(f"{path}: {how}" for path, how in paths.items())
-    return Check.passed("hook", f"ran at start-up and heard of torch_npu ({heard_text}); registered " +
+        skipped = smoke.report.get("imports", {}).get("skipped")
+        words = _IMPORT_WORDS.get(smoke.imports, smoke.imports)
+        paths.append(f"{words} ({skipped}: not tried)" if skipped else words)
+    return Check.passed("hook", f"heard of torch_npu through {', '.join(paths)}; registered " +
                         (", ".join(registered) or "nothing (every isin overload is native)"))
+
+
+_IMPORT_WORDS = {"transformers": "transformers' check", "accelerate": "import accelerate",
+                 "direct": "a plain import"}
 
 
 def _import_path(smoke: Smoke) -> str:
     """How the smoke test's process reached torch_npu, in words."""
-    order = str(smoke.report.get("imports", {}).get("order", smoke.imports))
-    return {"transformers": "through transformers' check", "accelerate": "through import accelerate",
-            "direct": "imported directly"}.get(order, order)
+    return f"reached through {_IMPORT_WORDS.get(smoke.imports, smoke.imports)}"
+
+
+def import_paths(runs: Sequence[Smoke]) -> List[Dict[str, Any]]:
+    """How each smoke test process reached torch_npu and what the hook heard (``--json``)."""
+    return [{"imports": smoke.imports, "skipped": smoke.report.get("imports", {}).get("skipped"),
+             "events": list(smoke.report["hook"].get("events", []))}
+            for smoke in runs if "hook" in smoke.report]
 
 
 def _hook_install_check(installation: Mapping[str, Any]) -> Optional[Check]:
@@ -587,7 +597,7 @@ def _hook_record_check(record: Mapping[str, Any], path: str) -> Optional[Check]:
     if not record.get("events"):
         return Check.failed(
             "hook",
-            f"the startup hook ran, but did not hear of torch_npu when it was {path}: no NPU isin and no "
+            f"the startup hook ran, but did not hear of torch_npu {path}: no NPU isin and no "
             "compile-mode guard in programs that reach torch_npu so",
             _FIX_HOOK + "; if it persists, " + _FIX_REPORT,
         )
@@ -699,6 +709,7 @@ def judge(
         installation=first.get("installation", {}),
         hook=next((s.report["hook"] for s in runs if "hook" in s.report), None),
         warnings=[w for smoke in runs for w in smoke.report.get("warnings", [])],
+        import_paths=import_paths(runs),
     )
 
 

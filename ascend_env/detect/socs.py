@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from ascend_env.detect.cann import shown
 from ascend_env.exceptions import UsageError
 
 __all__ = ["ALIASES", "KNOWN", "canonical", "family", "jit_compile_default", "lookup", "soc_version"]
@@ -59,7 +60,7 @@ def canonical(name: str) -> str:
     found = lookup(name)
     if found is None:
         raise UsageError(
-            f"unknown Ascend SoC {name!r}.",
+            f"unknown Ascend SoC {shown(name)}.",
             "use one of " + ", ".join(sorted(ALIASES)) + " or a full name: " + ", ".join(KNOWN),
         )
     return found

@@ -22,6 +22,7 @@ Importing this module does not import torch.
 from __future__ import annotations
 
 import collections
+import importlib
 import inspect
 import os
 import sys
@@ -98,13 +99,18 @@ def torch_npu_path() -> str:
 def add_torch_npu_to_path() -> None:
     """Make ``import torch_npu`` find the simulated torch_npu in this process (after :func:`enable`).
 
-    The directory goes last on ``sys.path``, so a real torch_npu on the path is still the one
-    found, and the path finder finds it as it would a real one (the startup hook hears of it).
+    The directory goes first on ``sys.path``: the simulator holds the NPU backend (PrivateUse1) in
+    this process, so a real torch_npu installed here could not start beside it (it fails without
+    CANN, as in a Docker build step, and would claim the backend otherwise). The path finder finds
+    the simulated package as it would a real one, so the startup hook hears of it by its import.
     Calling it again does nothing; no other process is affected.
     """
     path = torch_npu_path()
-    if path not in sys.path:
-        sys.path.append(path)
+    if path in sys.path:
+        return
+    sys.path.insert(0, path)
+    # A real torch_npu looked for earlier (a find_spec probe) left its directory's finder cached.
+    importlib.invalidate_caches()
 
 
 def fallbacks() -> collections.Counter[str]:

@@ -27,7 +27,8 @@ import torch
 from ascend_env import sim
 from ascend_env.hook import runtime
 from ascend_env.sim import compile_mode
-sim.enable(torch_npu="2.1.0.post6")
+sim.enable(torch_npu="2.1.0.post6"); sim.add_torch_npu_to_path()
+import torch_npu  # the hook hears of the simulator by its torch_npu's import, as of a real one
 {after}
 print(json.dumps({{"jit": compile_mode.jit_compile(), "internal_format": compile_mode.allow_internal_format(),
                   "guard": runtime.status()["compile_guard"]}}))
@@ -40,7 +41,8 @@ def child(queue):
     from ascend_env import sim
     from ascend_env.hook import runtime
     from ascend_env.sim import compile_mode
-    sim.enable(torch_npu="2.1.0.post6")
+    sim.enable(torch_npu="2.1.0.post6"); sim.add_torch_npu_to_path()
+    import torch_npu
     queue.put([compile_mode.jit_compile(), runtime.status()["compile_guard"]["applied"]])
 if __name__ == "__main__":
     context = multiprocessing.get_context("spawn")
@@ -179,6 +181,7 @@ def test_under_audit_the_guard_leaves_no_online_compile_in_decoding(guarded, ker
 RANKS = """
 import json, os, sys
 import torch
+import torch_npu  # as every Ascend script does: the startup hook hears of it here
 from torch.utils.data import DataLoader, Dataset
 from ascend_env import runtime
 from ascend_env.sim import compile_mode

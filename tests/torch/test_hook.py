@@ -55,7 +55,11 @@ for thread in threads: thread.join()
 print(json.dumps({{"equal": results, "fallbacks": dict(sim.fallbacks()), "status": runtime.status()}}))
 """
 
-ENABLE_SIM = "from ascend_env import sim; sim.enable(torch_npu={table!r})"
+# The simulator, then its torch_npu imported as a program would: the hook hears of it by that import.
+ENABLE_SIM = (
+    "from ascend_env import sim; sim.enable(torch_npu={table!r}); sim.add_torch_npu_to_path()\n"
+    "import torch_npu"
+)
 IMPORT_FAKE_TORCH_NPU = "import torch_npu"
 
 
@@ -129,9 +133,9 @@ def test_native_isin_is_left_alone_on_2_4_0(hooked_env):
 def test_waits_for_the_torch_npu_import(hooked_env, fake_torch_npu):
     report, stderr = smoke(hooked_env, IMPORT_FAKE_TORCH_NPU, {"PYTHONPATH": str(fake_torch_npu)})
     assert report["equal"] == [True] * 5
-    # The fake enables the simulator (which tells the hook itself), then the finder reports the
-    # finished torch_npu import, whose __version__ names the release.
-    assert report["status"]["events"][-1] == "torch_npu"
+    # The fake enables the simulator, then the finder reports the finished torch_npu import, whose
+    # __version__ names the release.
+    assert report["status"]["events"] == ["torch_npu: import"]
     assert report["status"]["release"] == "2.1.0.post6"
     assert report["status"]["waiting_for"] is None
     assert not any(op.startswith("aten::isin") for op in report["fallbacks"])
@@ -145,7 +149,8 @@ def test_a_hook_that_cannot_register_says_why(hooked_env):
     report, stderr = smoke(hooked_env, breaker + ENABLE_SIM.format(table="2.1.0.post6"))
     assert report["equal"] == [True] * 5
     assert "aten::isin.Tensor_Tensor_out" in report["fallbacks"] and CAUTION in stderr
-    assert report["status"]["registered"] == [] and report["status"]["events"] == ["ascend_env.sim"]
+    assert report["status"]["registered"] == []
+    assert report["status"]["events"] == ["torch_npu: import (simulated)"]
     assert any("ascend_env.kernels.isin" in error for error in report["status"]["errors"]), report["status"]
 
 
@@ -173,7 +178,8 @@ def test_spawned_children_get_the_hook_too(hooked_env):
         "def child(_):\n"
         "    import torch\n"
         "    from ascend_env import sim, runtime\n"
-        "    sim.enable(torch_npu='2.1.0.post6')\n"
+        "    sim.enable(torch_npu='2.1.0.post6'); sim.add_torch_npu_to_path()\n"
+        "    import torch_npu\n"
         "    x = torch.tensor([3, 4, 5], device='npu')\n"
         "    hit = torch.isin(x, torch.tensor([4], device='npu')).cpu().tolist()\n"
         "    return hit, dict(sim.fallbacks()), runtime.status()['registered']\n"
@@ -213,3 +219,69 @@ def test_every_op_table(hooked_env, table):
     assert report["status"]["registered"] == falling_back
     assert not any(op.startswith("aten::isin") for op in report["fallbacks"]), report["fallbacks"]
     assert CAUTION not in stderr and OVERRIDE not in stderr
+
+
+# ------------------------------------------------ the hook hears of torch_npu on programs' paths
+
+# What real programs run before they touch torch_npu themselves (transformers 4.46 and accelerate
+# 1.0: their availability checks probe with importlib.util.find_spec, then import torch_npu).
+PROGRAM_PATHS = {
+    "import accelerate": "import accelerate",
+    "from transformers import Trainer": "from transformers import Trainer",
+    "TrainingArguments()": (
+        "import tempfile\nfrom transformers import TrainingArguments\n"
+        "TrainingArguments(output_dir=tempfile.mkdtemp(), report_to=[])"
+    ),
+    "is_torch_npu_available()": (
+        "from transformers.utils import is_torch_npu_available\nis_torch_npu_available()"
+    ),
+    "from accelerate import Accelerator": "from accelerate import Accelerator",
+    "AutoModelForCausalLM, then import": "from transformers import AutoModelForCausalLM",
+    "importlib.import_module": "import importlib\nimportlib.import_module('torch_npu')",
+    "a thread": (
+        "import threading\nt = threading.Thread(target=__import__, args=('torch_npu',))\nt.start(); t.join()"
+    ),
+}
+
+PATH_SCRIPT = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+{before}
+{path}
+import torch_npu
+from ascend_env.hook import runtime
+print(json.dumps(runtime.status()))
+"""
+
+# A stand-in torch_npu: imports torch, as the real one does, and nothing more.
+STAND_IN = "import torch\n__version__ = '2.1.0.post6'\n"
+
+
+@pytest.fixture(scope="module")
+def stand_in_torch_npu(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("stand-in")
+    (root / "torch_npu").mkdir()
+    (root / "torch_npu" / "__init__.py").write_text(STAND_IN)
+    return root
+
+
+@pytest.mark.parametrize("path", list(PROGRAM_PATHS))
+@pytest.mark.parametrize("backend", ["stand-in", "simulated"])
+def test_the_hook_hears_of_torch_npu_on_the_paths_programs_take(
+    hooked_env, stand_in_torch_npu, backend, path
+):
+    env = {}
+    before = ""
+    if backend == "simulated":
+        before = "from ascend_env import sim\nsim.enable('2.1.0.post6'); sim.add_torch_npu_to_path()"
+    else:
+        env["PYTHONPATH"] = str(stand_in_torch_npu)
+    result = run(hooked_env, PATH_SCRIPT.format(before=before, path=PROGRAM_PATHS[path]), env)
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout.splitlines()[-1])
+    assert len(status["events"]) == 1, status
+    assert status["events"][0].startswith("torch_npu: import")
+    assert status["events"][0].endswith("(simulated)") == (backend == "simulated")
+    assert {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} <= set(status["registered"]), status
+    assert status["release"] == "2.1.0.post6" and status["waiting_for"] is None

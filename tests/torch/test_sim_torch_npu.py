@@ -289,7 +289,7 @@ def test_torch_npu_is_importable_only_where_asked():
             "before": before, "version": torch_npu.__version__, "same": torch_npu.npu is torch.npu,
             "file": torch_npu.__file__, "dir": sim.torch_npu_path(),
             "path_entries": sys.path.count(sim.torch_npu_path()),
-            "last": sys.path[-1] == sim.torch_npu_path(), "missing": missing,
+            "first": sys.path[0] == sim.torch_npu_path(), "missing": missing,
         }))
     """)
     result = run_python(code)
@@ -297,7 +297,7 @@ def test_torch_npu_is_importable_only_where_asked():
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["before"] and report["version"] == "2.1.0.post6" and report["same"]
     # The child's own ascend_env (installed, or this checkout on PYTHONPATH) names the directory.
-    assert report["file"].startswith(report["dir"]) and report["path_entries"] == 1 and report["last"]
+    assert report["file"].startswith(report["dir"]) and report["path_entries"] == 1 and report["first"]
     assert "simulated torch_npu has no torch_npu.npu_magic_op" in report["missing"]
     # Without the simulator, the package says how to start it.
     result = run_python(f"import sys; sys.path.append({sim.torch_npu_path()!r}); import torch_npu")
@@ -395,7 +395,7 @@ def test_the_startup_hook_hears_of_the_simulated_torch_npu(hooked_env):  # noqa:
     result = run(hooked_env, code)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
-    assert report["status"]["events"] == ["ascend_env.sim", "torch_npu"]
+    assert report["status"]["events"] == ["torch_npu: import (simulated)"]
     assert report["loader"] == "NotifyingLoader"  # the hook's finder wrapped the path finder's loader
     assert report["status"]["release"] == "2.1.0.post6" and report["status"]["errors"] == []
     assert report["isin"] == [False, True, False]
@@ -529,3 +529,25 @@ def test_the_seed_script_with_the_hook_installed_falls_back_nowhere(tmp_path, ho
     assert CAUTION_ISIN not in hooked.stderr and "no op fell back to the CPU" in hooked.stdout
     off = audited(ASCEND_ENV_DISABLE="1")
     assert off.returncode == 1 and off.stderr.count(CAUTION_ISIN) == 1
+
+
+def test_the_simulated_torch_npu_wins_over_a_real_one_that_cannot_start(tmp_path):
+    """A real torch_npu installed without CANN (a Docker build step) fails on import; where the
+    simulator runs, its package is the one imported, after a probe too, and the hook hears of it."""
+    real = tmp_path / "real"
+    (real / "torch_npu").mkdir(parents=True)
+    (real / "torch_npu" / "__init__.py").write_text(
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
+    )
+    code = textwrap.dedent("""
+        import importlib.util, json
+        probed = importlib.util.find_spec("torch_npu").origin  # the real one, before the simulator
+        from ascend_env import sim
+        sim.enable("2.1.0.post6"); sim.add_torch_npu_to_path()
+        import torch_npu
+        print(json.dumps({"probed": probed, "imported": torch_npu.__file__, "dir": sim.torch_npu_path()}))
+    """)
+    result = run_python(code, {"PYTHONPATH": str(real)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["probed"].startswith(str(real)) and report["imported"].startswith(report["dir"])

@@ -85,7 +85,8 @@ def test_docker_build_steps_pass_on_the_simulator(tmp_path, wheel, record_proper
     assert ("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
             "--torch-npu was given") in done.stdout
     assert "ok    isin fallback: none" in done.stdout
-    assert "ok    hook: ran at start-up; registered isin.Tensor_Tensor, isin.Tensor_Tensor_out" in done.stdout
+    assert ("ok    hook: heard of torch_npu through transformers' check, import accelerate, a plain import; "
+            "registered isin.Tensor_Tensor, isin.Tensor_Tensor_out") in done.stdout
     assert f"ok    patches: applied: transformers {VERSION}" in done.stdout
     assert "\033[" not in done.stdout  # plain text off a TTY
 
@@ -160,7 +161,8 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     assert result["release"] == "2.13.0"
     # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: isin ran under it, generate
     # in a second process without it.
-    assert result["fallback_disable"] is True and result["processes"] == 2
+    # Then one process per other import path (import accelerate, a plain import).
+    assert result["fallback_disable"] is True and result["processes"] == 4
     # 2.13.0 runs every isin overload natively (isin.Scalar_Tensor through its out= form).
     assert result["hook"]["registered"] == []
     assert [check["name"] for check in result["checks"]] == [
@@ -204,3 +206,53 @@ def test_verify_fails_on_online_compiles_and_passes_with_the_guard(shared, toolk
     assert not no_kernels["ok"] and "Ascend-cann-kernels-910a" in no_kernels["fix"]
     assumed = compile_check(shared, {})
     assert assumed["ok"] and "Ascend910B1 (assumed" in assumed["detail"]
+
+
+@pytest.fixture(scope="module")
+def torch_npu_without_cann(tmp_path_factory) -> Path:
+    """The real torch_npu 2.1.0.post6 as it imports where CANN's environment was not set up."""
+    root = tmp_path_factory.mktemp("torch-npu-no-cann")
+    (root / "torch_npu").mkdir()
+    (root / "torch_npu" / "__init__.py").write_text(
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+    dist = root / "torch_npu-2.1.0.post6.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.1.0.post6\n")
+    return root
+
+
+NPU_SMI = """\
+| NPU     Name      | Health          | Power(W)   Temp(C)   Hugepages-Usage(page)   |
+| 0       910A      | OK              | 71.4       42        0    / 0                |
+"""
+
+
+def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(shared, torch_npu_without_cann,
+                                                                             tmp_path):
+    """The everyday mistake: CANN's set_env.sh not sourced on an Ascend machine. A pass on the
+    simulator there would be a false green: verify fails, naming the cause and the fix."""
+    assert sh(shared, "python -m ascend_env install --patches always").returncode == 0
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "npu-smi").write_text(f"#!/bin/sh\ncat <<'EOF'\n{NPU_SMI}EOF\n")
+    (fake_bin / "npu-smi").chmod(0o755)
+    toolkit = tmp_path / "Ascend" / "ascend-toolkit"
+    (toolkit / "latest").mkdir(parents=True)
+    (toolkit / "set_env.sh").write_text("export LD_LIBRARY_PATH=...\n")
+    env = {"PYTHONPATH": str(torch_npu_without_cann), "ASCEND_TOOLKIT_HOME": str(toolkit / "latest")}
+    on_npu = sh(shared, "python -m ascend_env verify", {**env, "PATH": f"{fake_bin}:{shared}:/usr/bin:/bin"})
+    assert on_npu.returncode == 1, on_npu.stdout + on_npu.stderr
+    assert on_npu.stdout.startswith("verify: FAILED on this machine's NPU: torch_npu did not start")
+    assert ("FAIL  device: this machine has an NPU (npu-smi info lists an Ascend910A), but torch_npu did "
+            "not start: ImportError: libhccl.so") in on_npu.stdout
+    assert f"fix: source {toolkit / 'set_env.sh'} in this shell" in on_npu.stdout
+    assert "passed" not in on_npu.stdout
+    # The same environment in a Docker build step (no device, no npu-smi): the simulator, and why.
+    build = sh(shared, "python -m ascend_env verify", env)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "torch_npu is installed but did not start (ImportError: libhccl.so" in build.stdout
+    no_npu = "this machine has no NPU (no /dev/davinci* devices, and npu-smi info does not answer)"
+    assert no_npu in build.stdout
+    # --device npu never falls back to the simulator, NPU or not.
+    forced = sh(shared, "python -m ascend_env verify --device npu", env)
+    assert forced.returncode == 1 and "FAIL  device: npu:0 did not start" in forced.stdout

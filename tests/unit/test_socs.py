@@ -83,3 +83,9 @@ def test_bad_simulated_soc_is_a_usage_error(fresh):
     fresh.setenv(compile_mode.SOC_ENV, "nonsense")
     with pytest.raises(UsageError):
         compile_mode.soc()
+
+
+def test_a_huge_unknown_name_is_not_repeated_whole():
+    with pytest.raises(UsageError) as caught:
+        socs.canonical("9" * 100_000)
+    assert len(caught.value.problem) < 120 and caught.value.problem.startswith("unknown Ascend SoC '999")

@@ -269,20 +269,20 @@ def test_the_hook_must_hear_of_torch_npu_on_every_import_path():
     result = judged(good_report(), "", False, *heard)
     assert result["ok"] and result["processes"] == 3
     detail = next(c["detail"] for c in result["checks"] if c["name"] == "hook")
-    for said in ("through transformers' check: import after 1 probe (simulated)",
-                 "through import accelerate: import after 1 probe (simulated)",
-                 "imported directly: import (simulated)"):
-        assert said in detail
+    assert detail.startswith("heard of torch_npu through transformers' check, import accelerate, a plain")
+    assert [path["events"] for path in result["import_paths"]] == [
+        ["torch_npu: import after 1 probe (simulated)"], ["torch_npu: import after 1 probe (simulated)"],
+        ["torch_npu: import (simulated)"]]
     # The hook that missed torch_npu behind accelerate's probe: verify fails, naming that path.
     missed = judged(good_report(), "", False, import_run("accelerate", []), heard[1])
     assert not missed["ok"] and list(failed(missed)) == ["hook"]
-    assert "did not hear of torch_npu when it was through import accelerate" in failed(missed)["hook"]
+    assert "did not hear of torch_npu reached through import accelerate" in failed(missed)["hook"]
 
 
 def test_a_hook_that_missed_the_main_import_fails():
     report = good_report()
     report["hook"]["events"] = []
-    assert "when it was through transformers' check" in failed(judged(report))["hook"]
+    assert "reached through transformers' check" in failed(judged(report))["hook"]
 
 
 def test_torch_npu_that_cannot_start_on_an_npu_machine_fails_with_the_cann_fix():
@@ -356,7 +356,7 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
     data = result.to_dict()
     assert list(data) == ["ok", "schema", "device", "device_name", "release", "simulator_reason", "strict",
                           "fallback_disable", "processes", "checks", "fallbacks", "findings",
-                          "installation", "hook", "warnings"]
+                          "installation", "hook", "import_paths", "warnings"]
     assert data["fallbacks"]["aten::foo"] == {"line": False, "refused": False, "count": 1,
                                               "steps": ["generate"]}
     assert json.loads(json.dumps(data)) == data
