@@ -214,9 +214,11 @@ def test_a_signal_to_the_audit_stops_the_command_and_cleans_up(tmp_path, signum,
         time.sleep(60)
     """)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # SIGINT as a foreground process gets it: a suite run as a shell's background job ignores it,
+    # and the audit rightly keeps an ignored SIGINT ignored (tests/unit/test_audit_reports.py).
     proc = subprocess.Popen([sys.executable, "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--",
                              sys.executable, script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
