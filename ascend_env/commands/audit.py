@@ -79,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
                 # The JSON document is stdout's alone: the command's own output goes to stderr.
                 findings = audit.run(command, release, timeout=args.timeout, soc=args.soc, paths=paths,
                                      stdout=_stderr_fd() if json_on_stdout else None)
-            except audit.Interrupted:
-                raise
             except AscendEnvError as exc:
                 if len(releases) == 1:
                     raise

@@ -47,7 +47,10 @@ def write_script(tmp_path: Path, body: str) -> str:
 def audit(capfd, *args: str) -> Tuple[int, dict, str]:
     code = main(["audit", "--json", "--torch-npu", "2.1.0.post6", *args])
     captured = capfd.readouterr()
-    return code, json.loads(captured.out), captured.err
+    report = json.loads(captured.out)
+    # Forks, spawn and forkserver children, multiprocessing's helpers: every one is audited.
+    assert report.get("unaudited", []) == [] and report.get("bad_reports", []) == [], report
+    return code, report, captured.err
 
 
 def by_origin(report: dict, origin: str) -> list:
