@@ -212,7 +212,9 @@ def test_verify_fails_on_online_compiles_and_passes_with_the_guard(shared, toolk
 def torch_npu_without_cann(tmp_path_factory) -> Path:
     """The real torch_npu 2.1.0.post6 as it imports where CANN's environment was not set up."""
     root = tmp_path_factory.mktemp("torch-npu-no-cann")
-    (root / "torch_npu").mkdir()
+    (root / "torch_npu" / "csrc" / "aten").mkdir(parents=True)
+    (root / "torch_npu" / "csrc" / "aten" / "npu_native_functions.yaml").write_text(
+        "supported:\n" + "".join(f"  - {op}\n" for op in sorted(optables.load("2.1.0.post6"))))
     (root / "torch_npu" / "__init__.py").write_text(
         "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
     dist = root / "torch_npu-2.1.0.post6.dist-info"
