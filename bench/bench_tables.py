@@ -1,8 +1,8 @@
 """Markdown tables from the benchmarks' ``--json`` results (standard library only).
 
-``bench/isin.py`` and ``bench/startup.py`` print their rows with these functions, and the docs
-build (``tools/mkdocs_hooks.py``) renders ``bench/results/*.json`` with them, so that a table in
-the manual is always one that a benchmark run wrote.
+``bench/isin.py``, ``bench/startup.py`` and ``bench/audit_startup.py`` print their rows with these
+functions, and the docs build (``tools/mkdocs_hooks.py``) renders ``bench/results/*.json`` with
+them, so that a table in the manual is always one that a benchmark run wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ ISIN_HEADER = [
 STARTUP_HEADER = [
     "| environment | wall | added | ratio | CPU | added | ratio |",
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+]
+
+AUDIT_STARTUP_HEADER = [
+    "| Python | command | environment | wall | ratio | CPU | ratio |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: |",
 ]
 
 
@@ -52,7 +57,14 @@ def startup_row(row: Dict[str, Any]) -> str:
     return f"| {row['environment']}, {row['set']} | " + " | ".join(cells) + " |"
 
 
-RENDERERS = {"isin": (ISIN_HEADER, isin_row), "startup": (STARTUP_HEADER, startup_row)}
+def audit_startup_row(row: Dict[str, Any]) -> str:
+    """One kind of start of ``bench/audit_startup.py`` as a table row."""
+    return (f"| {row['python']} | `python {row['command']}` | {row['environment']} | {row['wall_ms']:.1f} ms "
+            f"| {row['wall_ratio']:.2f} | {row['cpu_ms']:.1f} ms | {row['cpu_ratio']:.2f} |")
+
+
+RENDERERS = {"isin": (ISIN_HEADER, isin_row), "startup": (STARTUP_HEADER, startup_row),
+             "audit_startup": (AUDIT_STARTUP_HEADER, audit_startup_row)}
 
 
 def render(document: Dict[str, Any]) -> str:

@@ -53,7 +53,8 @@ from ascend_env.utils.pyflags import child_flags
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 AUDIT_VARIABLES = (
     "ASCEND_ENV_AUDIT_TORCH_NPU", "ASCEND_ENV_AUDIT_OPLISTS", "ASCEND_ENV_AUDIT_LABEL",
-    "ASCEND_ENV_AUDIT_FALLBACK_DISABLE", "ASCEND_ENV_AUDIT_REPORTS",
+    "ASCEND_ENV_AUDIT_FALLBACK_DISABLE", "ASCEND_ENV_AUDIT_REPORTS", "ASCEND_ENV_AUDIT_AUTOLOAD",
+    "ASCEND_ENV_AUDIT_PATHS",
 )
 TIMEOUT = 900.0  # seconds; the first run on the simulator may compile its extension
 # Patch states that mean generation may fall back again (``install.status``'s words).
@@ -125,6 +126,7 @@ class Options:
     strict: bool = False
     timeout: float = TIMEOUT
     device: str = "auto"  # one of DEVICES; "sim" is what simulate says
+    soc: Optional[str] = None  # the SoC to simulate (else $ASCEND_ENV_SOC), as audit's --soc
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,7 @@ def _raise_environment_problem(options: Options, smoke: Smoke) -> None:
 
 def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> VerifyResult:
     """Run the smoke test as ``options`` say and return the judged result (see :func:`judge`)."""
-    environ = os.environ if environ is None else environ
+    environ = _with_soc(os.environ if environ is None else environ, options.soc)
     options = _resolved(options)
     started = time.monotonic()
     runs, reason = _run_all(options, environ)
@@ -294,6 +296,19 @@ def verify(options: Options, environ: Optional[Mapping[str, str]] = None) -> Ver
     result.python = options.python
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def _with_soc(environ: Mapping[str, str], soc: Optional[str]) -> Dict[str, str]:
+    """``environ`` with ``--soc`` as ``$ASCEND_ENV_SOC`` (UsageError for an unknown SoC), and the
+    deprecated ``$ASCEND_ENV_SIM_SOC`` passed on under that name."""
+    from ascend_env.detect import socs
+    from ascend_env.sim import compile_mode
+
+    env = dict(environ)
+    if soc:
+        env[compile_mode.SOC_ENV] = socs.canonical(soc)
+    compile_mode.export_soc(env)
+    return env
 
 
 def _resolved(options: Options) -> Options:
@@ -673,7 +688,7 @@ def _simulated_compile_check(record: Mapping[str, Any]) -> Check:
     """The simulator's model: would-be online compiles in the steady state of ``generate()``."""
     soc = record.get("soc")
     said = "on" if record.get("jit_compile") else "off"
-    where = f"simulated {soc}" + (" (assumed: set ASCEND_ENV_SIM_SOC to model another)"
+    where = f"simulated {soc}" + (" (assumed: pass --soc, or set ASCEND_ENV_SOC, to model another)"
                                   if record.get("soc_assumed") else "")
     count = int(record["steady_would_compile"])
     if count == 0:

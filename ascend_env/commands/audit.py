@@ -1,24 +1,30 @@
-"""``ascend-env audit [--torch-npu VERSION] [--timeout SECONDS] [--paths] [--soc SOC] [--fail-on ...]
--- COMMAND...``: list the ops that fall back to the CPU, in every Python process of the command, and
-with ``--paths`` the would-be online compiles, 64-bit warnings and host syncs of torch_npu's
-dispatch paths."""
+"""``ascend-env audit [--torch-npu VERSION[,VERSION...]|affected] [--timeout SECONDS] [--paths]
+[--soc SOC] [--fail-on ...] [--report FILE] -- COMMAND...``: list the ops that fall back to the CPU,
+in every Python process of the command, and with ``--paths`` the would-be online compiles, 64-bit
+warnings and host syncs of torch_npu's dispatch paths."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ascend_env.checks import audit
+from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json, write_text
 from ascend_env.sim import paths as sim_paths
+from ascend_env.utils import atomic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torch-npu",
         metavar="VERSION",
-        help="the torch_npu release whose op table to simulate "
-        "(default: the installed torch_npu's own op lists, else the newest known release)",
+        help="the torch_npu release whose op table to simulate; several, comma-separated, run the command "
+        f"once each; '{audit.AFFECTED}' runs each release that lacks an NPU isin (2.1.0.post3 to "
+        "2.1.0.post6, 2.2.x, 2.3.1). Default: the installed torch_npu's own op lists, else the oldest "
+        "known release",
     )
     parser.add_argument(
         "--timeout", metavar="SECONDS", type=float,
@@ -41,9 +47,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: fallbacks; compiles, syncs and 64bit turn on --paths)",
     )
     parser.add_argument(
+        "--report", metavar="FILE",
+        help="also write the JSON report (as --json prints it) to FILE; '-' prints it on stdout, as --json "
+        "does. With the JSON on stdout, the command's own stdout goes to stderr",
+    )
+    parser.add_argument(
         "user_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
         help="the command to run, after '--' (e.g. -- python my_script.py)",
     )
+
+
+Result = Union[audit.Findings, AscendEnvError]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,16 +66,81 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     fail_on = sim_paths.parse_fail_on(args.fail_on)
     paths = bool(args.paths) or any(kind != "fallbacks" for kind in fail_on)
+    releases = audit.releases_asked(args.torch_npu)
+    json_on_stdout = bool(args.json) or args.report == "-"
+    report_file = Path(args.report) if args.report not in (None, "-") else None
+    results: List[Tuple[str, Result]] = []
     try:
-        findings = audit.run(command, args.torch_npu, timeout=args.timeout, soc=args.soc, paths=paths)
+        for index, release in enumerate(releases):
+            if len(releases) > 1:
+                sys.stderr.write(f"ascend-env: audit: running the command on torch_npu {release}'s op table "
+                                 f"({index + 1} of {len(releases)})\n")
+            try:
+                # The JSON document is stdout's alone: the command's own output goes to stderr.
+                findings = audit.run(command, release, timeout=args.timeout, soc=args.soc, paths=paths,
+                                     stdout=_stderr_fd() if json_on_stdout else None)
+            except AscendEnvError as exc:
+                if len(releases) == 1:
+                    raise
+                results.append((str(release), exc))
+                continue
+            results.append((findings["table"].split(" ", 1)[0], findings))
+            if not json_on_stdout:
+                write_text(audit.format_text(findings, fail_on))
     except audit.Interrupted as stop:
         # As the CLI answers Ctrl-C: one line, no traceback; 128 + the signal, as a shell reports it.
         sys.stderr.write(f"ascend-env: audit interrupted by {stop}: the command and every process it "
                          "started were stopped, and nothing is reported.\n")
         return 128 + stop.signum
-    code = audit.exit_code(findings, fail_on)
-    if args.json:
-        write_json({"ok": code == 0, "schema": audit.SCHEMA, **findings})
-    else:
-        write_text(audit.format_text(findings))
-    return code
+    document = _document(results, fail_on)
+    if report_file is not None:
+        _write_report(report_file, document)
+    if json_on_stdout:
+        write_json(document)
+    elif len(results) > 1:
+        for release, result in results:
+            if isinstance(result, AscendEnvError):
+                write_text(f"audit: torch_npu {release}: {result}")
+        write_text(audit.combined_verdict(results, fail_on).line)
+    return _code(results, fail_on)
+
+
+def _stderr_fd() -> int:
+    """This process's standard error as a file descriptor for the command (fd 2 where sys.stderr
+    has none, as under a test's capture)."""
+    sys.stderr.flush()
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
+def _code(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> int:
+    if len(results) == 1:
+        result = results[0][1]
+        return result.exit_code if isinstance(result, AscendEnvError) else audit.exit_code(result, fail_on)
+    return audit.combined_verdict(results, fail_on).code
+
+
+def _document(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> Dict[str, Any]:
+    """``--json``'s document: one release's findings as they always were; several under ``releases``."""
+    def one(result: Result) -> Dict[str, Any]:
+        if isinstance(result, AscendEnvError):
+            return {"ok": False, **result.to_dict()}
+        found = audit.verdict(result, fail_on)
+        return {"ok": found.code == 0, "schema": audit.SCHEMA, **result, "verdict": found.line}
+
+    if len(results) == 1:
+        return one(results[0][1])
+    combined = audit.combined_verdict(results, fail_on)
+    return {"ok": combined.code == 0, "schema": audit.SCHEMA, "verdict": combined.line,
+            "releases": [dict(one(result), release=release) for release, result in results]}
+
+
+def _write_report(path: Path, document: Dict[str, Any]) -> None:
+    try:
+        with atomic.replacing(path) as partial, partial.open("w", encoding="utf-8") as out:
+            write_json(document, out)
+    except OSError as exc:
+        raise UsageError(f"--report {path}: cannot write it ({exc.strerror or exc}).",
+                         "name a file in a directory you can write to") from None

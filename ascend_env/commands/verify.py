@@ -26,6 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="simulate this torch_npu release's op table (implies --simulate; default: the installed "
         "torch_npu's op lists, else the newest known release)",
     )
+    parser.add_argument(
+        "--soc", metavar="SOC",
+        help="the Ascend SoC to simulate: 910A, 910B, 310P, ... or a full name (default: $ASCEND_ENV_SOC, "
+        "else Ascend910B1, assumed)",
+    )
     parser.add_argument("--strict", action="store_true", help="fail when any op at all falls back to the CPU")
     parser.add_argument(
         "--python", metavar="PATH", default=sys.executable,
@@ -35,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = verify.Options(python=args.python, simulate=args.simulate, device=args.device,
-                             torch_npu=args.torch_npu, strict=args.strict)
+                             torch_npu=args.torch_npu, strict=args.strict, soc=args.soc)
     result = verify.verify(options)
     if args.json:
         write_json(result.to_dict())

@@ -1,7 +1,9 @@
 """The simulated device's SoC and compile settings: which path op-plugin would run an op on.
 
-A process on the simulated NPU has one SoC, from ``$ASCEND_ENV_SIM_SOC`` (a full name or an
-alias, see ``ascend_env.detect.socs``), else :data:`DEFAULT_SOC`, and the two settings a script can make
+A process on the simulated NPU has one SoC, from ``$ASCEND_ENV_SOC`` (a full name or an alias, see
+``ascend_env.detect.socs``; the variable that names the machine's SoC to ``detect``, ``audit``,
+``verify`` and the startup hook's compile-mode guard), else :data:`DEFAULT_SOC`, and the two
+settings a script can make
 at run time through the simulated ``torch_npu`` API: ``set_compile_mode(jit_compile=...)`` and
 ``torch.npu.config.allow_internal_format``. Unset, JIT compile is the SoC's default
 (``socs.jit_compile_default``), and ``allow_internal_format`` is True, as torch_npu's device start
@@ -19,31 +21,63 @@ imports no torch.
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+import sys
+import warnings
+from typing import Dict, List, MutableMapping, Optional
 
 from ascend_env.detect import socs
 
 __all__ = [
-    "DEFAULT_SOC", "SOC_ENV", "acl_op", "allow_internal_format", "jit_compile", "jit_compile_set",
-    "reset", "set_allow_internal_format", "set_jit_compile", "soc", "soc_assumed",
+    "DEFAULT_SOC", "DEPRECATED_SOC_ENV", "SOC_ENV", "acl_op", "allow_internal_format", "chosen_soc",
+    "export_soc", "jit_compile", "jit_compile_set", "reset", "set_allow_internal_format", "set_jit_compile",
+    "soc", "soc_assumed",
 ]
 
-SOC_ENV = "ASCEND_ENV_SIM_SOC"
+SOC_ENV = "ASCEND_ENV_SOC"
+#: The simulated SoC's old variable (verify's alone): still read where ``$ASCEND_ENV_SOC`` is unset.
+DEPRECATED_SOC_ENV = "ASCEND_ENV_SIM_SOC"
 DEFAULT_SOC = "Ascend910B1"
+_DEPRECATED = (f"${DEPRECATED_SOC_ENV} is deprecated: set ${SOC_ENV} instead (one variable names the SoC "
+               "for detect, audit, verify and the startup hook)")
 
 # What the process set at run time; a missing key means "as the device starts".
 _SETTINGS: Dict[str, bool] = {}
+# Whether the deprecated variable was warned about in this process (once is enough).
+_WARNED: List[str] = []
+
+
+def chosen_soc(environ: Optional[MutableMapping[str, str]] = None) -> Optional[str]:
+    """The SoC named by ``$ASCEND_ENV_SOC``, else by the deprecated ``$ASCEND_ENV_SIM_SOC`` (with a
+    DeprecationWarning), else None."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(SOC_ENV)
+    if chosen:
+        return chosen
+    old = environ.get(DEPRECATED_SOC_ENV)
+    if old and not _WARNED:
+        _WARNED.append(DEPRECATED_SOC_ENV)
+        warnings.warn(_DEPRECATED, DeprecationWarning, stacklevel=3)
+    return old or None
+
+
+def export_soc(environ: MutableMapping[str, str]) -> None:
+    """For a command's child processes: where only the deprecated ``$ASCEND_ENV_SIM_SOC`` is set,
+    set ``$ASCEND_ENV_SOC`` to it too, saying once on stderr that the old name is deprecated."""
+    old = environ.get(DEPRECATED_SOC_ENV)
+    if old and not environ.get(SOC_ENV):
+        environ[SOC_ENV] = old
+        sys.stderr.write(f"ascend-env: warning: {_DEPRECATED}\n")
 
 
 def soc() -> str:
-    """The simulated SoC (torch_npu's name). A bad ``$ASCEND_ENV_SIM_SOC`` raises UsageError."""
-    chosen = os.environ.get(SOC_ENV)
+    """The simulated SoC (torch_npu's name). A bad ``$ASCEND_ENV_SOC`` raises UsageError."""
+    chosen = chosen_soc()
     return socs.canonical(chosen) if chosen else DEFAULT_SOC
 
 
 def soc_assumed() -> bool:
     """True when no SoC was chosen and :data:`DEFAULT_SOC` stands in for one."""
-    return not os.environ.get(SOC_ENV)
+    return not chosen_soc()
 
 
 def jit_compile() -> bool:

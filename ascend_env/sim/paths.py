@@ -140,11 +140,16 @@ class Model:
         self.roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
 
     # --- steps -------------------------------------------------------------------------------
-    def enter_generate(self) -> None:
+    def enter_generate(self, site: str = "<unknown>") -> None:
         self.depth += 1
         if self.depth == 1:
-            self.runs.append({"steps": []})
+            self.runs.append({"steps": [], "site": site, "mode": None})
             self.current = Bucket()
+
+    def generation_mode(self, mode: str) -> None:
+        """The decoding mode transformers chose for the ``generate()`` call running now."""
+        if self.depth >= 1 and self.runs and self.runs[-1].get("mode") is None:
+            self.runs[-1]["mode"] = mode
 
     def step_done(self) -> None:
         if self.depth >= 1 and self.current is not None:
@@ -240,14 +245,14 @@ class Model:
         for run in self.runs:
             steps = [bucket.to_json() for bucket in run["steps"]]
             runs.append({"steps": steps, "after": run.get("after", Bucket()).to_json(),
-                         "steady": steady_state(steps)})
+                         "steady": steady_state(steps), "site": run.get("site"), "mode": run.get("mode")})
         return {
             "soc": compile_mode.soc(), "soc_assumed": compile_mode.soc_assumed(),
             "jit_compile": compile_mode.jit_compile(), "jit_compile_set": compile_mode.jit_compile_set(),
             "op_paths": self.data.version, "op_paths_source": self.data.source, "steady_from": STEADY_FROM,
             "totals": self.totals.to_json(), "outside_generate": self.outside.to_json(), "generate": runs,
             "warnings_64bit": sorted(self.warned.values(), key=lambda w: (w["file"], w["line"])),
-            "errors": self.errors[:5],
+            "errors": self.errors[:5], "compile_guard": _guard_record(),
         }
 
 
@@ -261,6 +266,24 @@ def steady_state(steps: List[dict[str, Any]]) -> Optional[dict[str, Any]]:
         values = [step[key] for step in tail]
         found[key] = {"min": min(values), "max": max(values), "total": sum(values)}
     return found
+
+
+def _guard_record() -> Dict[str, Any]:
+    """What the startup hook's compile-mode guard did in this process, and why: its decision
+    (``ascend_env.hook.compile_guard.Decision``), or why it never decided."""
+    from ascend_env.hook import files
+
+    if files.running() is None:
+        return {"ran": False, "why": "the startup hook is not installed in this Python"}
+    from ascend_env import runtime
+
+    status = runtime.status()
+    if status["disabled"]:
+        return {"ran": False, "why": "the startup hook is switched off ($ASCEND_ENV_DISABLE)"}
+    decision = status["compile_guard"]
+    if decision is None:
+        return {"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"}
+    return dict(decision, ran=True)
 
 
 def _package_root(name: str) -> str:
@@ -424,7 +447,7 @@ def start() -> Model:
             "audit with --torch-npu and one of " + ", ".join(oppaths.releases()[-5:]) + " (or any of "
             + str(len(oppaths.releases())) + " known releases)",
         )
-    compile_mode.soc()  # a bad $ASCEND_ENV_SIM_SOC fails here, before anything runs
+    compile_mode.soc()  # a bad $ASCEND_ENV_SOC fails here, before anything runs
     model = Model(data, frozenset(sim._STATE.get("ops", frozenset())))  # type: ignore[call-overload]
     _MODEL.append(model)
     _push_mode(model)
@@ -474,6 +497,7 @@ def _hook_transformers(model: Model) -> None:
     targets = {
         "transformers.generation.stopping_criteria": functools.partial(_wrap_stopping, model),
         "transformers.generation.utils": functools.partial(_wrap_generate, model),
+        "transformers.generation.configuration_utils": functools.partial(_wrap_mode, model),
     }
     pending = {}
     for name, wrap in targets.items():
@@ -516,7 +540,7 @@ def _wrap_generate(model: Model, module: Any) -> None:
 
     @functools.wraps(original)
     def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        model.enter_generate()
+        model.enter_generate(model.site())
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -524,6 +548,26 @@ def _wrap_generate(model: Model, module: Any) -> None:
 
     generate._ascend_env_paths = True  # type: ignore[attr-defined]
     cls.generate = generate
+
+
+def _wrap_mode(model: Model, module: Any) -> None:
+    """Record the decoding mode of each ``generate()`` call from ``GenerationConfig.get_generation_mode``
+    (transformers >= 4.39: ``generate`` calls it once; older releases leave the mode unknown)."""
+    cls = getattr(module, "GenerationConfig", None)
+    if cls is None or not hasattr(cls, "get_generation_mode"):
+        return
+    if getattr(cls.get_generation_mode, "_ascend_env_paths", False):
+        return
+    original = cls.get_generation_mode
+
+    @functools.wraps(original)
+    def get_generation_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = original(self, *args, **kwargs)
+        model.generation_mode(str(getattr(mode, "value", mode)))
+        return mode
+
+    get_generation_mode._ascend_env_paths = True  # type: ignore[attr-defined]
+    cls.get_generation_mode = get_generation_mode
 
 
 # ----------------------------------------------------------------- the audit's side (no torch)
@@ -589,7 +633,8 @@ def summarize(reports: List[dict[str, Any]], soc: Optional[Mapping[str, Any]] = 
         for run in data.get("generate", []):
             steps = [dict({key: step[key] for key in STEP_KEYS}, step=index)
                      for index, step in enumerate(run["steps"])]
-            runs.append({"pid": report.get("pid"), "steps": steps, "steady": run["steady"],
+            runs.append({"pid": report.get("pid"), "site": run.get("site"), "mode": run.get("mode"),
+                         "steps": steps, "steady": run["steady"],
                          "after_last_step": {key: run["after"][key] for key in COUNTS}})
     first = processes[0]["paths"] if processes else {}
     return {
@@ -603,7 +648,20 @@ def summarize(reports: List[dict[str, Any]], soc: Optional[Mapping[str, Any]] = 
         **{key: _sorted(counter) for key, counter in totals.items()},
         "warnings_64bit": warnings, "generate": runs,
         "errors": [e for r in processes for e in r["paths"].get("errors", [])],
+        "compile_guard": _guards(processes),
     }
+
+
+def _guards(processes: List[dict[str, Any]]) -> List[dict[str, Any]]:
+    """What the compile guard did, once per distinct decision, with the pids where it was taken."""
+    found: Dict[str, dict[str, Any]] = {}
+    for report in processes:
+        guard = report["paths"].get("compile_guard")
+        if not isinstance(guard, dict):
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in guard.items()))
+        found.setdefault(key, dict(guard, pids=[]))["pids"].append(report.get("pid"))
+    return list(found.values())
 
 
 def failing(summary: dict[str, Any], fail_on: Tuple[str, ...]) -> List[str]:
@@ -622,6 +680,76 @@ def failing(summary: dict[str, Any], fail_on: Tuple[str, ...]) -> List[str]:
     return found
 
 
+def _steady_count(summary: dict[str, Any], key: str) -> int:
+    steady = [run["steady"] for run in summary["generate"] if run["steady"]]
+    return sum(s[key]["total"] for s in steady) if steady else int(summary[key])
+
+
+def failing_text(summary: dict[str, Any], failing: List[str]) -> str:
+    """The failing paths findings in words, for the verdict line."""
+    words = []
+    where = "in the steady state of generate()" if any(r["steady"] for r in summary["generate"]) else "in all"
+    if "compiles" in failing:
+        words.append(f"{_steady_count(summary, 'would_compile')} would-be online compiles {where} "
+                     f"on {summary['soc']} (--fail-on compiles)")
+    if "syncs" in failing:
+        words.append(f"{_steady_count(summary, 'host_syncs')} host syncs {where} (--fail-on syncs)")
+    if "64bit" in failing:
+        words.append(f"{len(summary['warnings_64bit'])} 64-bit slow-path warnings (--fail-on 64bit)")
+    return "; ".join(words)
+
+
+def guard_text(guard: Mapping[str, Any]) -> str:
+    """Why the compile guard did or did not act, from one of :func:`summarize`'s ``compile_guard``."""
+    if not guard.get("ran"):
+        return f"did not run: {guard.get('why')}"
+    if guard.get("applied"):
+        return f"acted: JIT compile turned off ({guard.get('reason')})"
+    if guard.get("error"):
+        return f"failed: {guard['error']}"
+    reason = str(guard.get("reason") or "")
+    if reason.startswith("no binary kernels"):
+        return (f"did not act: this machine has {reason} (the guard reads this machine's CANN, not the "
+                "simulated SoC's)")
+    return f"did not act: {reason}"
+
+
+def fix_line(summary: dict[str, Any], failing: List[str]) -> str:
+    """What to do about the failing paths findings (as verify's compile-mode check says it)."""
+    if "compiles" in failing or "64bit" in failing:
+        guards = summary.get("compile_guard") or []
+        guard = guards[0] if guards else {"ran": False, "why": "no process reported it"}
+        soc = str(summary.get("soc") or "")
+        family = socs_family(soc)
+        reason = str(guard.get("reason") or "")
+        if guard.get("applied"):
+            return ("the guard turned JIT compile off and the code turned it back on: drop that "
+                    "torch_npu.npu.set_compile_mode(jit_compile=True) call")
+        if not guard.get("ran") and "not installed" in str(guard.get("why")):
+            return ("run: python -m ascend_env install (its startup hook turns JIT compile off where the "
+                    "binary kernels are installed)")
+        if not guard.get("ran") and "never imported" in str(guard.get("why")):
+            return "import torch_npu in the script (the startup hook's guard runs when torch_npu is imported)"
+        if reason.startswith("no binary kernels"):
+            return (f"on the {soc} machine, install the binary kernels (Ascend-cann-kernels-{family}): the "
+                    "startup hook then turns JIT compile off; to model that here, point ASCEND_TOOLKIT_HOME "
+                    "at a toolkit that has them")
+        if reason.startswith("turned off"):
+            return ("run python -m ascend_env install without --no-compile-guard, with "
+                    "ASCEND_ENV_COMPILE_GUARD unset")
+        return ("call torch_npu.npu.set_compile_mode(jit_compile=False) where the binary kernels are "
+                "installed, or let the startup hook do it (python -m ascend_env install)")
+    return ("read the host syncs by call site above: move each device-to-host read (item(), .cpu(), "
+            "if tensor:) out of the decoding loop")
+
+
+def socs_family(soc: str) -> str:
+    """The binary-kernel package's family of ``soc`` (``910a``), or ``<soc>`` when unknown."""
+    from ascend_env.detect import socs
+
+    return socs.family(soc).lower() if soc and socs.lookup(soc) else "<soc>"
+
+
 def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
     """The report's lines about the dispatch paths."""
     soc = summary["soc"] or "?"
@@ -637,8 +765,12 @@ def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
         lines.append(f"  64-bit warning {warning['file']}:{warning['line']} ({warning['op']}, "
                      f"{warning['count']}x, first at {warning['site']})"
                      f"{'' if warning['printed'] else ' [silenced]'}")
+    titles = collections.Counter((r["pid"], r.get("site"), r.get("mode")) for r in summary["generate"])
+    seen: collections.Counter[Any] = collections.Counter()
     for run in summary["generate"]:
-        lines += _format_run(run)
+        same = (run["pid"], run.get("site"), run.get("mode"))
+        seen[same] += 1
+        lines += _format_run(run, f", call {seen[same]} of {titles[same]}" if titles[same] > 1 else "")
     tables = (("would compile by op", "would_compile_by_op"), ("host syncs by op", "host_syncs_by_op"),
               ("host syncs by call site", "host_syncs_by_site"),
               ("would compile by call site", "would_compile_by_site"))
@@ -653,6 +785,14 @@ def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
             lines.append(f"    ... {len(items) - limit} more (see --json)")
     for error in summary["errors"]:
         lines.append(f"  the model failed on an op: {error}")
+    for guard in summary.get("compile_guard") or []:
+        pids = guard.get("pids") or []
+        where = "" if len(pids) <= 1 else f" (in {len(pids)} processes)"
+        lines.append(f"  compile guard{where}: {guard_text(guard)}")
+    if _steady_count(summary, "would_compile") or summary["warnings_64bit"]:
+        lines.append(f"  fix: {fix_line(summary, ['compiles'])}")
+    elif _steady_count(summary, "host_syncs"):
+        lines.append(f"  fix: {fix_line(summary, ['syncs'])}")
     return lines
 
 
@@ -660,10 +800,12 @@ def _span(counts: dict[str, Any]) -> str:
     return str(counts["min"]) if counts["min"] == counts["max"] else f"{counts['min']}-{counts['max']}"
 
 
-def _format_run(run: dict[str, Any]) -> List[str]:
+def _format_run(run: dict[str, Any], call: str = "") -> List[str]:
     steps = run["steps"]
-    lines = [f"  generate() in process {run['pid']}: {len(steps)} steps "
-             f"(steady state from step {STEADY_FROM})", "    step     would compile  host syncs  64-bit"]
+    mode = run.get("mode") or "decoding mode unknown"
+    lines = [f"  generate() at {run.get('site') or '<unknown>'} ({mode}, pid {run['pid']}{call}): "
+             f"{len(steps)} steps (steady state from step {STEADY_FROM})",
+             "    step     would compile  host syncs  64-bit"]
     index = 0
     while index < len(steps):
         row = (steps[index]["would_compile"], steps[index]["host_syncs"], steps[index]["warnings_64bit"])

@@ -13,20 +13,23 @@ Used by the startup hook (:mod:`ascend_env.hook.watch`, for ``torch_npu``), the 
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, cast
 
+# No typing (nor threading, which imports functools and collections) at run time: the audit's
+# start-up imports this module in every Python process of the audited command, and they cost
+# more than the rest of that start-up (mypy takes the name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from importlib.abc import Loader
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from typing import Any, Callable, Dict, Optional, Sequence
+
+    #: Called with the module once it has executed, and how many specs the watcher had handed
+    #: out for it by then (1: the import asked once; more: ``find_spec`` probes came first).
+    Callback = Callable[["ModuleType", int], None]
 
 __all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "wrap_loader"]
-
-#: Called with the module once it has executed, and how many specs the watcher had handed out
-#: for it by then (1: the import asked once; more: ``find_spec`` probes came first).
-Callback = Callable[["ModuleType", int], None]
 
 
 def find_spec_after(
@@ -50,7 +53,7 @@ def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:
     legacy = getattr(spec.loader, "exec_module", None) is None
     # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
     wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
-    spec.loader = cast("Loader", wrapper)
+    spec.loader = wrapper  # type: ignore[assignment]
 
 
 class NotifyingLoader:
@@ -105,8 +108,8 @@ class ImportWatcher:
     def __init__(self, callbacks: Dict[str, Callback]) -> None:
         self._callbacks = dict(callbacks)
         self._handed_out: Dict[str, int] = {}
-        self._lock = threading.RLock()
-        self._searching = threading.local()  # set while this thread asks the other finders
+        self._lock = _thread.RLock()
+        self._searching = _thread._local()  # threading.local: set while this thread asks the other finders
 
     @property
     def pending(self) -> Sequence[str]:

@@ -17,6 +17,7 @@ ISIN_OUT = "aten::isin.Tensor_Tensor_out"
 SCRIPT = textwrap.dedent(
     """
     import subprocess, sys, torch
+    import torch_npu  # as a script must on a real NPU before torch_npu 2.5.1 (the simulated one here)
     x = torch.tensor([1, 2, 3], device="npu")
     assert (x * 2).device.type == "npu"
     for _ in range(2):
@@ -63,6 +64,7 @@ def test_fixed_release_passes_and_text_output_says_so(capsys, script):
     assert out.splitlines() == [
         "audit: torch_npu 2.4.0 op table on the simulated NPU",
         "no op fell back to the CPU (1 Python process)",
+        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process",
     ]
 
 
@@ -89,10 +91,15 @@ def test_default_is_the_installed_torch_npu_yaml(capsys, tmp_path, monkeypatch, 
     assert report["fallbacks"] == {ISIN_OUT: 2}
 
 
-def test_without_torch_npu_the_newest_table_runs(capsys, script):
+def test_without_torch_npu_the_oldest_table_runs_and_says_so(capsys, script):
+    # A newer table (2.14.0 has an NPU isin) would hide the fallback of the affected releases.
     code, report = audit(capsys, "--", sys.executable, script)
-    assert report["table"] == optables.newest()
-    assert code == 0 and report["fallbacks"] == {}
+    assert report["table"] == optables.releases()[0] == "2.1.0.post3" and report["table_chosen"] == "oldest"
+    assert code == 1 and report["fallbacks"] == {ISIN_OUT: 2}
+    main(["audit", "--", sys.executable, script])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("audit: torch_npu 2.1.0.post3 op table on the simulated NPU (no --torch-npu and "
+                             "no torch_npu installed: the oldest known release")
 
 
 def test_command_without_python_is_an_error(capsys):

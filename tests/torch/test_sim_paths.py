@@ -195,6 +195,7 @@ def test_text_report_shows_the_step_table(capsys, script):
 OPS_SCRIPT = textwrap.dedent(
     """
     import torch
+    import torch_npu  # as on a real NPU before torch_npu 2.5.1 (audit fails a script without it)
     x = torch.arange(6, device="npu")                      # int64
     i = torch.tensor([0, 2], device="npu")
     for _ in range(2):                                     # each warning once per process

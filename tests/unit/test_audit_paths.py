@@ -101,3 +101,112 @@ def test_an_assumed_soc_is_said_to_be_assumed():
 
 def no_npu_smi() -> str:
     raise FileNotFoundError("npu-smi")
+
+
+# ---------------------------------------------------------------- the report names each generate() table
+
+def run_of(site, mode, steps=((3, 1), (2, 1), (1, 1), (1, 1))):
+    bucket = paths.Bucket().to_json()
+    step_json = [dict(bucket, would_compile=c, host_syncs=s, warnings_64bit=0) for c, s in steps]
+    return {"steps": step_json, "after": bucket, "steady": paths.steady_state(step_json), "site": site,
+            "mode": mode}
+
+
+def with_runs(runs, guard):
+    data = report([(1, 1)])
+    data["paths"]["generate"] = runs
+    data["paths"]["compile_guard"] = guard
+    return data
+
+
+NO_KERNELS = {"ran": True, "apply": False, "applied": False, "error": None, "soc": "Ascend910A",
+              "reason": "no binary kernels (/usr/local/Ascend/ascend-toolkit/latest/opp/built-in/op_impl/"
+                        "ai_core/tbe/kernel is missing): with JIT compile off, ops would fail"}
+
+
+def test_each_generate_table_is_named_by_call_site_and_mode():
+    runs = [run_of("chat.py:12", "greedy_search"), run_of("chat.py:12", "greedy_search"),
+            run_of("chat.py:20", "sample"), run_of("chat.py:30", None)]
+    lines = paths.format_text(paths.summarize([with_runs(runs, NO_KERNELS)], paths.choose_soc("910A", {})))
+    titles = [line for line in lines if line.startswith("  generate() ")]
+    assert titles == [
+        "  generate() at chat.py:12 (greedy_search, pid 7, call 1 of 2): 4 steps (steady state from step 2)",
+        "  generate() at chat.py:12 (greedy_search, pid 7, call 2 of 2): 4 steps (steady state from step 2)",
+        "  generate() at chat.py:20 (sample, pid 7): 4 steps (steady state from step 2)",
+        "  generate() at chat.py:30 (decoding mode unknown, pid 7): 4 steps (steady state from step 2)",
+    ]
+
+
+@pytest.mark.parametrize("guard, said, fix", [
+    (NO_KERNELS, "compile guard: did not act: this machine has no binary kernels (",
+     "fix: on the Ascend910A machine, install the binary kernels (Ascend-cann-kernels-910a): the startup "
+     "hook then turns JIT compile off"),
+    ({"ran": False, "why": "the startup hook is not installed in this Python"},
+     "compile guard: did not run: the startup hook is not installed in this Python",
+     "fix: run: python -m ascend_env install (its startup hook turns JIT compile off"),
+    ({"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"},
+     "compile guard: did not run: torch_npu was never imported",
+     "fix: import torch_npu in the script"),
+    ({"ran": True, "applied": True, "reason": "Ascend910A starts with JIT compile on and binary kernels are "
+      "installed"}, "compile guard: acted: JIT compile turned off",
+     "fix: the guard turned JIT compile off and the code turned it back on"),
+    ({"ran": True, "applied": False, "reason": "turned off (install --no-compile-guard or "
+      "$ASCEND_ENV_COMPILE_GUARD=0)"}, "compile guard: did not act: turned off",
+     "fix: run python -m ascend_env install without --no-compile-guard"),
+])
+def test_the_report_says_why_the_guard_did_or_did_not_act_and_ends_with_a_fix(guard, said, fix):
+    summary = paths.summarize([with_runs([run_of("chat.py:12", "greedy_search")], guard)],
+                              paths.choose_soc("910A", {}))
+    lines = paths.format_text(summary)
+    assert any(line.startswith("  " + said) for line in lines), lines
+    assert lines[-1].startswith("  " + fix)
+    assert paths.failing(summary, ("compiles",)) == ["compiles"]
+    assert paths.fix_line(summary, ["compiles"]) == lines[-1][len("  fix: "):]
+    assert paths.failing_text(summary, ["compiles"]) == (
+        "2 would-be online compiles in the steady state of generate() on Ascend910A (--fail-on compiles)")
+
+
+def test_no_compiles_but_syncs_end_with_the_sync_fix():
+    runs = [run_of("chat.py:12", "greedy_search", ((0, 2), (0, 2), (0, 2), (0, 2)))]
+    lines = paths.format_text(paths.summarize([with_runs(runs, NO_KERNELS)]))
+    assert lines[-1] == ("  fix: read the host syncs by call site above: move each device-to-host read "
+                         "(item(), .cpu(), if tensor:) out of the decoding loop")
+
+
+# ---------------------------------------------------------------- one SoC variable, one option
+
+def test_the_simulated_soc_is_ascend_env_soc(monkeypatch):
+    from ascend_env.sim import compile_mode
+
+    monkeypatch.delenv("ASCEND_ENV_SIM_SOC", raising=False)
+    monkeypatch.setenv("ASCEND_ENV_SOC", "310P")
+    assert compile_mode.SOC_ENV == paths.MACHINE_SOC_ENV == "ASCEND_ENV_SOC"
+    assert compile_mode.soc() == "Ascend310P3" and not compile_mode.soc_assumed()
+
+
+def test_the_old_variable_still_works_and_warns(monkeypatch, capsys):
+    from ascend_env.sim import compile_mode
+
+    monkeypatch.delenv("ASCEND_ENV_SOC", raising=False)
+    monkeypatch.setenv("ASCEND_ENV_SIM_SOC", "910A")
+    monkeypatch.setattr(compile_mode, "_WARNED", [])
+    with pytest.warns(DeprecationWarning, match="ASCEND_ENV_SIM_SOC is deprecated: set .ASCEND_ENV_SOC"):
+        assert compile_mode.soc() == "Ascend910A"
+    env = {"ASCEND_ENV_SIM_SOC": "910A"}
+    compile_mode.export_soc(env)
+    assert env == {"ASCEND_ENV_SIM_SOC": "910A", "ASCEND_ENV_SOC": "910A"}
+    assert capsys.readouterr().err == ("ascend-env: warning: $ASCEND_ENV_SIM_SOC is deprecated: set "
+                                       "$ASCEND_ENV_SOC instead (one variable names the SoC for detect, "
+                                       "audit, verify and the startup hook)\n")
+    both = {"ASCEND_ENV_SIM_SOC": "910A", "ASCEND_ENV_SOC": "310P"}
+    compile_mode.export_soc(both)
+    assert both["ASCEND_ENV_SOC"] == "310P" and capsys.readouterr().err == ""
+
+
+def test_verify_takes_soc_too(capsys):
+    from ascend_env.checks import verify
+
+    assert verify._with_soc({}, "910a")["ASCEND_ENV_SOC"] == "Ascend910A"
+    assert verify._with_soc({"ASCEND_ENV_SOC": "310P"}, None)["ASCEND_ENV_SOC"] == "310P"
+    code = main(["verify", "--soc", "920X", "--device", "sim"])
+    assert code == 2 and "920X" in capsys.readouterr().err

@@ -227,10 +227,13 @@ def test_findings_add_up_every_process_and_keep_each():
     assert findings["errors"] == ["no compiler"] and findings["ended"] == "exited 0"
     assert [(p["pid"], p["is_command"], p["abnormal"]) for p in findings["per_process"]] == [
         (10, True, False), (11, False, True)]
-    assert audit.exit_code(findings) == 1
+    # A simulator that cannot start is the environment's problem (exit 2), said once, last.
+    assert audit.exit_code(findings) == 2
     text = audit.format_text(findings)
     assert "1 Python process ended abnormally:\n  pid 11 (w.py): ended without a last report" in text
     assert f"  {ISIN}  3  (pids 10, 11)" in text
+    assert text.count("no compiler") == 1
+    assert text.splitlines()[-1] == "audit error: the simulated NPU could not start in 1 process: no compiler"
 
 
 def test_ranks_name_where_an_op_fell_back():
@@ -238,7 +241,10 @@ def test_ranks_name_where_an_op_fell_back():
     reports = [report(10), report(11, {}, done, rank="0"), report(12, {ISIN: 1}, done, rank="1")]
     findings = audit.findings_from("t", ["torchrun"], audit.Outcome(10, 0), reports)
     lines = audit.format_text(findings).splitlines()
-    assert lines[1:] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
+    assert lines[1:-1] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
+    assert lines[-1] == (f"audit failed on torch_npu t: 1 op fell back to the CPU ({ISIN}); fix: run "
+                         "python -m ascend_env install (its startup hook registers an NPU kernel for them), "
+                         "then audit again")
 
 
 def test_a_timeout_fails_even_without_fallbacks():
@@ -248,8 +254,33 @@ def test_a_timeout_fails_even_without_fallbacks():
 
 
 def test_nothing_audited_says_how_the_command_ended():
-    with pytest.raises(EnvironmentProblem, match=r"nothing was audited \(the command killed by SIGKILL\)"):
+    with pytest.raises(EnvironmentProblem, match=r"audited \(the command killed by SIGKILL\): no Python pro"):
         audit.findings_from("t", ["x"], audit.Outcome(10, -9), [])
+
+
+def test_processes_that_never_imported_torch_audit_nothing():
+    light = dict(report(10, end={"how": "exit"}), torch=False)
+    with pytest.raises(EnvironmentProblem, match=r"\(the command exited 1\): 1 Python process ran, and none "
+                                                 "imported torch") as raised:
+        audit.findings_from("t", ["x"], audit.Outcome(10, 1), [light])
+    assert raised.value.exit_code == 2
+    # One that did is audited; the light one still counts as an audited process.
+    findings = audit.findings_from("t", ["x"], audit.Outcome(10, 0), [light, report(11, end={"how": "exit"})])
+    assert findings["processes"] == 2 and audit.exit_code(findings) == 0
+    assert [p["torch"] for p in findings["per_process"]] == [False, True]
+
+
+def test_the_last_line_states_the_verdict_and_its_cause():
+    done = {"how": "exit"}
+    passed = audit.findings_from("2.4.0", ["x"], audit.Outcome(10, 0), [report(10, end=done)])
+    assert audit.format_text(passed).splitlines()[-1] == (
+        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process")
+    many = {f"aten::op{i}": 1 for i in range(70)}
+    failed = audit.findings_from("2.1.0.post6", ["x"], audit.Outcome(10, 3), [report(10, many, done)])
+    last = audit.format_text(failed).splitlines()[-1]
+    assert last.startswith("audit failed on torch_npu 2.1.0.post6: 70 ops fell back to the CPU (aten::op0, "
+                           "aten::op1, ...); the command exited 3; fix: no NPU kernel in this release")
+    assert audit.verdict(failed).code == 1
 
 
 # ---------------------------------------------------------------- running and stopping a command
@@ -265,8 +296,10 @@ def alive(pid: int) -> bool:
 def test_timeout_stops_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "pid"
     start = time.monotonic()
-    with pytest.raises(EnvironmentProblem, match=r"the command timed out after 0\.5 s"):
-        audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], "2.4.0", timeout=0.5)
+    findings = audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], "2.4.0", timeout=0.5)
+    assert findings["ended"] == "timed out after 0.5 s" and findings["processes"] == 0
+    assert audit.verdict(findings) == (1, "audit failed on torch_npu 2.4.0: the command timed out after 0.5 "
+                                          "s; fix: give it more time (--timeout) or let it end by itself")
     assert time.monotonic() - start < 10
     assert not alive(int(pidfile.read_text()))
 
@@ -279,8 +312,18 @@ def test_what_the_command_leaves_running_is_stopped(tmp_path, monkeypatch):
     assert not alive(int(pidfile.read_text()))
 
 
+@pytest.fixture
+def sigint_as_python_starts():
+    """SIGINT as an interactive Python starts with it (KeyboardInterrupt), whatever it was: a shell's
+    background job ignores it, and a test must not depend on how the suite was started."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum):
+def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum,
+                                                                          sigint_as_python_starts):
     pidfile = tmp_path / "pid"
     made = []
     real_mkdtemp = audit.tempfile.mkdtemp
@@ -299,7 +342,23 @@ def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_pat
     assert raised.value.signum == signum
     assert not alive(int(pidfile.read_text()))
     assert made and not os.path.exists(made[0])
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as it was before the audit
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    """In a shell's background job SIGINT is ignored (Ctrl-C is for the foreground job): the audit
+    keeps it so, and runs the command to its end."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(EnvironmentProblem, match=r"the command exited 0"):
+            audit.run(["sh", "-c", "sleep 1"], "2.4.0")  # not interrupted: nothing audited, said so
+        timer.join()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_timeout_must_be_positive():
@@ -314,3 +373,134 @@ def test_a_long_list_of_abnormal_endings_is_cut_in_text_only():
     assert lines[1] == "15 Python processes ended abnormally:"
     assert lines[12] == "  ... and 5 more (--json lists them all)"
     assert sum(p["abnormal"] for p in findings["per_process"]) == 15
+
+
+# ---------------------------------------------------------------- bad reports are findings, never crashes
+
+@pytest.mark.parametrize("content, problem", [
+    ("[" * 100_000 + "]" * 100_000, "is not JSON (nested more than 100 levels deep"),
+    ('{"pid": 5, "fallbacks": {"aten::isin": "many"}}', "has fallbacks that are not counts by op"),
+    ('{"pid": 5, "fallbacks": {"aten::isin": -1}}', "has fallbacks that are not counts by op"),
+    ('{"pid": "5"}', "has no pid"),
+    ('{"pid": true}', "has no pid"),
+    ("[1, 2]", "holds a list, not an object"),
+    ('{"pid": 5, "argv": "x"}', "has an argv that is not a list of strings"),
+    ('{"pid": 5, "end": 3}', "has an end that is not an object"),
+    ('{"pid": 5, "torch": "yes"}', "has a torch that is not true or false"),
+    ('{"pid": 5, "paths": []}', "has paths that are not an object"),
+    ("not json", "is not JSON"),
+])
+def test_a_bad_report_is_a_finding(tmp_path, content, problem):
+    (tmp_path / "5-abcd.json").write_text(content)
+    (tmp_path / "6-abcd.json").write_text('{"pid": 6, "fallbacks": {}, "end": {"how": "exit"}}')
+    reports = audit.read_reports(tmp_path)
+    assert [r["pid"] for r in reports.good] == [6]
+    (bad,) = reports.bad
+    assert bad.startswith(f"5-abcd.json: {problem}")
+    findings = audit.findings_from("t", ["x"], audit.Outcome(6, 0), reports.good, reports.bad)
+    assert audit.exit_code(findings) == 1
+    text = audit.format_text(findings).splitlines()
+    assert f"a report cannot be read: {bad}" in text
+    assert text[-1].startswith("audit failed on torch_npu t: 1 report could not be read; fix: audit again")
+
+
+def test_bad_bytes_and_a_huge_report_are_findings(tmp_path, monkeypatch):
+    monkeypatch.setattr(audit, "MAX_REPORT_BYTES", 1000)
+    (tmp_path / "7-a.json").write_bytes(b'{"pid": 7, "argv": ["\xff"]}')
+    (tmp_path / "8-a.json").write_text('{"pid": 8, "argv": ["' + "x" * 2000 + '"]}')
+    assert audit.read_reports(tmp_path).bad == [
+        "7-a.json: is not JSON ('utf-8' codec can't decode byte 0xff in position 21: invalid start byte)",
+        "8-a.json: larger than 1000 bytes"]
+
+
+def test_what_the_reporter_writes_reads_back(tmp_path):
+    from ascend_env import _audited
+
+    data = {"pid": 3, "argv": ["x\udcff", "é", "\U0001f600", 'q"\\\n\t\x01'], "fallbacks": {"aten::a": 2},
+            "end": None, "torch": False, "ratio": 0.5, "nested": [[1], {"k": None}]}
+    path = str(tmp_path / "3-x.json")
+    _audited.write_json(path, data)
+    text = Path(path).read_text(encoding="ascii")
+    import json
+
+    assert json.loads(text) == data
+    assert audit.read_reports(tmp_path).good == [data]
+    assert list(tmp_path.iterdir()) == [Path(path)]  # no temporary file left
+
+
+# ---------------------------------------------------------------- which releases
+
+def test_affected_releases_are_those_without_an_npu_isin():
+    from ascend_env.sim import optables
+
+    affected = audit.affected_releases()
+    assert affected == ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1"]
+    assert all("isin.Tensor_Tensor_out" not in optables.load(r) for r in affected)
+    others = [r for r in optables.releases() if r not in affected]
+    assert all("isin.Tensor_Tensor_out" in optables.load(r) for r in others)
+
+
+@pytest.mark.parametrize("value, releases", [
+    (None, [None]), ("2.1.0-post6", ["2.1.0.post6"]),
+    ("2.1.0.post6, 2.2.0,2.1.0.post6", ["2.1.0.post6", "2.2.0"]),
+    ("affected,2.4.0", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1", "2.4.0"]),
+    ("AFFECTED", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1"]),
+])
+def test_releases_asked(value, releases):
+    assert audit.releases_asked(value) == releases
+
+
+@pytest.mark.parametrize("value", [",", "2.1.0.post99", "2.2.0,nope"])
+def test_bad_releases_are_usage_errors(value):
+    with pytest.raises(UsageError):
+        audit.releases_asked(value)
+
+
+def test_with_none_named_and_none_installed_the_oldest_release_runs(monkeypatch):
+    from ascend_env.sim import optables
+
+    monkeypatch.setattr(audit, "_installed_torch_npu", lambda: None)
+    table = audit.choose_table(None, otherwise="oldest")  # as audit.run asks
+    assert table["label"] == table[startup.TORCH_NPU] == "2.1.0.post3" and table["chosen"] == "oldest"
+    assert audit.choose_table(None)["label"] == optables.newest()  # verify's smoke test keeps its default
+    assert audit.header({"table": "2.1.0.post3", "table_chosen": "oldest"}).startswith(
+        "audit: torch_npu 2.1.0.post3 op table on the simulated NPU (no --torch-npu and no torch_npu "
+        "installed: the oldest known release")
+
+
+@pytest.mark.parametrize("release, user, expected", [
+    ("2.5.1", None, "1"), ("2.5.1", "1", "1"), ("2.5.1", "0", "0"), ("2.5.1", "false", "0"),
+    ("2.4.0.post4", None, "0"), ("2.1.0.post6", "1", "0"), ("2.14.0", None, "1"),
+])
+def test_autoload_follows_the_release_and_the_users_switch(tmp_path, release, user, expected):
+    base = {} if user is None else {"TORCH_DEVICE_BACKEND_AUTOLOAD": user}
+    env = audit._audited_environment(audit.choose_table(release), tmp_path, base)
+    assert env[startup.AUTOLOAD] == expected
+    assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"  # a real torch_npu must not load itself
+
+
+def test_several_releases_fail_by_the_worst_and_name_each():
+    done = {"how": "exit"}
+    ok = audit.findings_from("2.4.0", ["x"], audit.Outcome(10, 0), [report(10, end=done)])
+    bad = audit.findings_from("2.2.0", ["x"], audit.Outcome(10, 0), [report(10, {ISIN: 1}, done)])
+    assert audit.combined_verdict([("2.2.0", bad), ("2.4.0", ok)], ("fallbacks",)) == (
+        1, "audit failed on 1 of 2 releases: 2.2.0 (each release's last line above says why)")
+    assert audit.combined_verdict([("2.4.0", ok), ("2.5.1", ok)], ("fallbacks",)) == (
+        0, "audit passed on all 2 releases: 2.4.0, 2.5.1")
+    error = EnvironmentProblem("no compiler", "install one")
+    assert audit.combined_verdict([("2.4.0", ok), ("2.5.1", error)], ("fallbacks",)).code == 2
+
+
+def test_a_process_that_used_npu_without_torch_npu_fails_where_the_release_needs_it():
+    done = {"how": "exit"}
+    used = dict(report(10, end=done), npu_used=True, torch_npu=None, autoload=False)
+    findings = audit.findings_from("2.1.0.post6", ["x"], audit.Outcome(10, 0), [used])
+    assert findings["without_torch_npu"] == [10] and audit.exit_code(findings) == 1
+    lines = audit.format_text(findings).splitlines()
+    assert lines[1] == "1 Python process used the npu device without importing torch_npu:"
+    assert lines[2].startswith("  pid 10 (w.py): on torch_npu 2.1.0.post6 this script fails on a real NPU: "
+                               "add `import torch_npu`")
+    assert lines[-1].endswith("fix: add `import torch_npu` before the script uses the npu device")
+    for fine in (dict(used, torch_npu="simulated"), dict(used, autoload=True), dict(used, npu_used=False)):
+        again = audit.findings_from("2.1.0.post6", ["x"], audit.Outcome(10, 0), [fine])
+        assert again["without_torch_npu"] == [] and audit.exit_code(again) == 0

@@ -25,16 +25,23 @@ ISIN_ROW = {
 def test_every_marker_in_the_manual_has_its_results_and_every_result_is_shown():
     used = {name for page in (ROOT / "docs").glob("*.md") for name in MARKER.findall(page.read_text("utf-8"))}
     results = {path.stem for path in (ROOT / "bench" / "results").glob("*.json")}
-    assert used == results == {"isin", "startup"}
+    assert used == results == {"isin", "startup", "audit_startup"}
 
 
-@pytest.mark.parametrize("name", ["isin", "startup"])
+@pytest.mark.parametrize("name", ["isin", "startup", "audit_startup"])
 def test_each_results_file_renders_one_line_per_row(name):
     path = ROOT / "bench" / "results" / f"{name}.json"
     document = json.loads(path.read_text(encoding="utf-8"))
     lines = bench_tables.render_file(path).splitlines()
     assert document["bench"] == name and document["command"].startswith(f"python bench/{name}.py")
     assert len(lines) == len(document["rows"]) + 2 and all(line.startswith("| ") for line in lines)
+
+
+def test_an_audit_startup_row():
+    row = {"python": "3.8.18", "command": "-c 'pass'", "environment": "audited", "wall_ms": 75.71,
+           "wall_ratio": 1.296, "cpu_ms": 22.66, "cpu_ratio": 1.2712}
+    assert bench_tables.audit_startup_row(row) == (
+        "| 3.8.18 | `python -c 'pass'` | audited | 75.7 ms | 1.30 | 22.7 ms | 1.27 |")
 
 
 def test_an_isin_row_marks_scaled_seed_figures_and_absent_candidates():

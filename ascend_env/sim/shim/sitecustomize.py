@@ -1,7 +1,9 @@
-"""Put on PYTHONPATH by ``ascend-env audit``: runs this Python process on the simulated NPU.
+"""Put on PYTHONPATH by ``ascend-env audit``: reports this Python process to the audit.
 
-It enables the simulator with the table the audit chose, arranges for the fallbacks to be
-reported when the process exits, and then runs any other ``sitecustomize`` on the path.
+Every Python process of the audited command runs this at start-up, so it costs little
+(``bench/audit_startup.py``): :mod:`ascend_env._audited` writes the process's report and waits for
+``torch`` to execute before it enables the simulated NPU. Then it runs any other
+``sitecustomize`` on the path.
 """
 
 import os
@@ -9,26 +11,41 @@ import sys
 
 
 def _run() -> None:
-    try:
-        from ascend_env.sim import startup
-    except ImportError as exc:
-        sys.stderr.write(
-            f"ascend-env audit: this Python ({sys.executable}) cannot import ascend_env ({exc}); "
-            "fix: install ascend-env into it, or run the audit with it (python -m ascend_env audit ...)\n"
-        )
+    reports = os.environ.get("ASCEND_ENV_AUDIT_REPORTS")
+    if not reports:
         return
-    startup.start_from_environment()
+    try:
+        from ascend_env import _audited
+    except ImportError as exc:
+        _unaudited(reports, f"this Python ({sys.executable}) cannot import ascend_env ({exc})")
+        return
+    _audited.start_from_environment()
+
+
+def _unaudited(reports: str, why: str) -> None:
+    """Tell the audit that this process runs outside the simulator, and why."""
+    import json
+
+    data = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "unaudited": why}
+    path = os.path.join(reports, f"{os.getpid()}-{os.urandom(4).hex()}.json")
+    try:
+        with open(path + ".tmp", "w", encoding="ascii") as out:
+            json.dump(data, out)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
 
 
 def _chain() -> None:
     """Import the next ``sitecustomize`` on sys.path, the one this file shadows."""
-    import importlib.machinery
-    import importlib.util
+    from importlib.machinery import PathFinder
 
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
+        import importlib.util  # only where there is one: it costs a few imports
+
         module = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = module
         spec.loader.exec_module(module)

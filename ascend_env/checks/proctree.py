@@ -1,0 +1,343 @@
+"""The audited command's process tree, read from ``/proc`` (Linux): every process it started, which
+of them are Python, and how to stop them all. Standard library only: the audit's watchdog runs this
+file by its path (``python -I -S proctree.py watch ...``), without ascend_env on its path.
+
+:class:`Tree` polls: each :meth:`Tree.poll` lists ``/proc`` and reads the ``stat`` of processes it
+has not met yet; a process whose parent is in the tree (or the audit itself, for orphans: the audit
+is their *child subreaper*, ``PR_SET_CHILD_SUBREAPER``, so a daemon that double-forks or calls
+``setsid`` is reparented to it, not to init) joins it. What polling cannot see: a process that
+starts and ends between two polls (``TICK`` apart) whose parent is not a reporting Python process.
+
+:func:`watch` is the watchdog: a process of its own (its own session, outside the tree), told
+each member of the tree on its stdin. When the audit ends normally it says ``done``; when its
+stdin reaches end of file without that, the audit is gone (a SIGKILL, a crash): it stops every
+member it was told of and every process whose environment names the report directory, then
+removes that directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+__all__ = [
+    "Member", "Tree", "child_subreaper", "death_signal", "python_flags", "start_time", "stop",
+    "unaudited_reason", "watch",
+]
+
+#: How often the audit polls the tree.
+TICK = 0.05
+# A Python interpreter's file name: python, python3, python3.11, python3.11d, python3.13t.
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
+# Options of the python command line that take a value (the next argument, or the rest of this one).
+_WITH_VALUE = frozenset("XWQ")
+_FLAG_WHY = {
+    "I": "-I (isolated mode: PYTHONPATH is ignored, so the audit's sitecustomize never runs)",
+    "E": "-E (PYTHON* variables are ignored, PYTHONPATH among them: the audit's sitecustomize never runs)",
+    "S": "-S (no site module: no sitecustomize runs)",
+}
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+class Member:
+    """One process of the tree, as last seen."""
+
+    def __init__(self, pid: int, start: int, ppid: int) -> None:
+        self.pid = pid
+        self.start = start
+        self.ppid = ppid
+        self.exe = ""
+        self.argv: List[str] = []
+        self.environ: Dict[str, str] = {}
+        self.state = "R"
+        self.ended = False
+
+    @property
+    def python(self) -> bool:
+        """Whether the process runs a Python interpreter (as last seen: ``exec`` changes it)."""
+        name = os.path.basename(self.exe) if self.exe else os.path.basename(self.argv[0] if self.argv else "")
+        return bool(_PYTHON.match(name))
+
+    def look(self) -> None:
+        """Read the process's program and command line again (an ``exec`` changes them, though it
+        may run the same program: a fork of Python that execs Python), and its environment when
+        they changed."""
+        exe = _readlink(f"/proc/{self.pid}/exe")
+        data = _read(f"/proc/{self.pid}/cmdline")
+        argv = [part.decode("utf-8", "surrogateescape") for part in (data or b"").split(b"\0")[:-1]]
+        if not exe or not argv:  # exiting (its memory is gone) or not ours to read: keep what was seen
+            return
+        if exe == self.exe and argv == self.argv and self.environ:
+            return
+        self.exe, self.argv = exe, argv
+        environ = _read(f"/proc/{self.pid}/environ")
+        if environ is not None:
+            self.environ = dict(_pair(entry) for entry in environ.split(b"\0") if b"=" in entry)
+
+
+def _pair(entry: bytes) -> Tuple[str, str]:
+    key, _, value = entry.partition(b"=")
+    return key.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
+
+
+class Tree:
+    """The processes descended from ``root`` (the audit), but for those of ``exclude`` (the
+    watchdog); orphans reparented to ``root`` join if they started after ``since`` (the
+    command's start, in clock ticks since boot)."""
+
+    def __init__(self, root: int, exclude: Iterable[int] = (), since: int = 0) -> None:
+        self.root = root
+        self.exclude = set(exclude)
+        self.since = since
+        self.members: Dict[int, Member] = {}
+        self._outside: Dict[int, int] = {}  # pid -> start of processes that are not ours
+        self.available = os.path.isdir("/proc")
+
+    def poll(self, reported: Iterable[int] = ()) -> None:
+        """Look at ``/proc`` again; ``reported`` are pids known to run the audit's reporter (their
+        program is not read again)."""
+        if not self.available:
+            return
+        try:
+            listed = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        except OSError:
+            return
+        for pid in list(self._outside):
+            if pid not in listed:
+                del self._outside[pid]
+        new = []
+        for pid in listed:
+            member = self.members.get(pid)
+            if pid in self._outside or pid == self.root or pid in self.exclude:
+                continue
+            found = _stat(pid)
+            if member is not None:
+                if found is None or found[4] != member.start:  # gone (its pid may be reused)
+                    member.ended = True
+                    if found is not None:
+                        self.members.pop(pid)
+                        new.append((pid, found))
+                    continue
+                member.state, member.ppid = found[0], found[1]
+                continue
+            if found is not None:
+                new.append((pid, found))
+        joined = True
+        while new and joined:  # a parent met in this poll may come after its child: until nothing joins
+            joined = False
+            for pid, found in list(new):
+                state, ppid, start = found[0], found[1], found[4]
+                if (ppid in self.members and not self.members[ppid].ended) or (
+                        ppid == self.root and start >= self.since):
+                    member = Member(pid, start, ppid)
+                    member.state = state
+                    self.members[pid] = member
+                    new.remove((pid, found))
+                    joined = True
+        for pid, found in new:
+            self._outside[pid] = found[4]
+        for member in self.members.values():
+            if not member.ended and member.state not in ("Z", "X") and member.pid not in reported:
+                member.look()
+        for pid, member in self.members.items():
+            if not member.ended and pid not in listed:
+                member.ended = True
+
+    def alive(self) -> List[Member]:
+        """Members still running (not ended, not zombies)."""
+        return [m for m in self.members.values() if not m.ended and m.state not in ("Z", "X")]
+
+    def zombie_orphans(self, keep: int) -> List[int]:
+        """Zombies whose parent is the audit (reparented orphans), but for ``keep`` (the command,
+        which subprocess reaps)."""
+        return [m.pid for m in self.members.values()
+                if not m.ended and m.state == "Z" and m.ppid == self.root and m.pid != keep]
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _readlink(path: str) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return ""
+    return target[: -len(" (deleted)")] if target.endswith(" (deleted)") else target
+
+
+def _stat(pid: int) -> Optional[Tuple[str, int, int, int, int]]:
+    """(state, ppid, process group, session, start time in clock ticks) of ``pid``; None if gone."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    text = data.decode("ascii", "replace")
+    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    try:
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> Optional[int]:
+    """When ``pid`` started, in clock ticks since boot (with the pid, it names one process)."""
+    found = _stat(pid)
+    return None if found is None else found[4]
+
+
+def stop(targets: Iterable[Tuple[int, int]], sig: int) -> int:
+    """Send ``sig`` to each (pid, start time) still that process; how many were sent."""
+    sent = 0
+    for pid, start in targets:
+        found = _stat(pid)
+        if found is None or found[4] != start or found[0] in ("Z", "X"):
+            continue
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+
+def python_flags(argv: List[str]) -> str:
+    """The one-letter options of a python command line (``-IS -X dev`` gives ``"IS"``)."""
+    flags = ""
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--" or not arg.startswith("-") or arg == "-" or arg.startswith("--"):
+            break
+        letters = arg[1:]
+        for position, letter in enumerate(letters):
+            if letter in ("c", "m"):
+                return flags
+            if letter in _WITH_VALUE:
+                if position == len(letters) - 1:
+                    index += 1  # the value is the next argument
+                break
+            flags += letter
+        index += 1
+    return flags
+
+
+def unaudited_reason(member: Member, shim: str, reports_variable: str) -> str:
+    """Why a Python process wrote no report: the option or environment that kept the audit's
+    ``sitecustomize`` from running, as far as its command line and environment tell."""
+    flags = python_flags(member.argv)
+    for letter in ("I", "E", "S"):
+        if letter in flags:
+            return _FLAG_WHY[letter]
+    if member.environ:
+        if reports_variable not in member.environ:
+            return f"its environment has no {reports_variable} (the command replaced the environment)"
+        path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if shim not in path:
+            return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"
+    return ("it wrote no report (it ended as it started, or its Python could not run the audit's "
+            "sitecustomize)")
+
+
+def child_subreaper(on: bool) -> Optional[bool]:
+    """Make this process the child subreaper of its descendants (``on``) or not; returns what it
+    was before, or None where prctl is not available (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        before = ctypes.c_int(0)
+        if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0) != 0:
+            return None
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
+            return None
+        return bool(before.value)
+    except (OSError, AttributeError):
+        return None
+
+
+def death_signal(sig: int = signal.SIGKILL) -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when the parent thread ends
+    (``PR_SET_PDEATHSIG``), so that the command does not outlive a killed audit; None where prctl
+    is not available. libc is looked up here, in the parent: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_death_signal() -> None:
+        prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return set_death_signal
+
+
+# ------------------------------------------------------------------------------- the watchdog
+
+
+def watch(reports: str, group: int, lines: Iterable[str], grace: float = 1.0) -> bool:
+    """Read ``lines`` (``<pid> <start>`` per tree member, ``done`` at a normal end); if they end
+    without ``done``, stop the tree (the members told, the process group ``group`` and every
+    process whose environment names ``reports``) and remove ``reports``. Returns whether it had to."""
+    told: Set[Tuple[int, int]] = set()
+    for line in lines:
+        words = line.split()
+        if words == ["done"]:
+            return False
+        if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
+            told.add((int(words[0]), int(words[1])))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        targets = told | _naming(reports)
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            pass
+        if not stop(targets, sig):
+            break
+        time.sleep(grace)
+    shutil.rmtree(reports, ignore_errors=True)
+    return True
+
+
+def _naming(reports: str) -> Set[Tuple[int, int]]:
+    """Live processes whose environment names the report directory ``reports``."""
+    marker = ("ASCEND_ENV_AUDIT_REPORTS=" + reports).encode("utf-8", "surrogateescape")
+    found = set()
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        environ = _read(f"/proc/{name}/environ")
+        if environ is None:
+            continue
+        if marker in environ.split(b"\0"):
+            start = start_time(int(name))
+            if start is not None:
+                found.add((int(name), start))
+    return found
+
+
+def _main(argv: List[str]) -> int:
+    if len(argv) != 3 or argv[0] != "watch":
+        sys.stderr.write("usage: proctree.py watch REPORTS GROUP\n")
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the audit's to handle
+    watch(argv[1], int(argv[2]), sys.stdin)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
