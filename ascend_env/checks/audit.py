@@ -119,15 +119,15 @@ def _installed_torch_npu() -> Optional[Path]:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def choose_table(torch_npu: Optional[str], otherwise: str = "newest") -> Dict[str, str]:
-    """The environment that tells the audited processes which op table to run.
+def choose_table(torch_npu: Optional[str]) -> Dict[str, str]:
+    """The environment that tells the audited processes (and verify's simulated smoke test) which
+    op table to run.
 
     An explicit release wins; otherwise the installed torch_npu's own YAML op lists; otherwise the
-    ``otherwise`` release with a table: ``"oldest"`` (the audit's: it lacks the kernels the
-    affected releases lack, where a newer one would hide their fallbacks) or ``"newest"`` (verify's
-    smoke test's default). Returns the variables plus ``"label"`` (the table's name, for the
-    report), ``"chosen"`` (``given``, ``installed``, ``oldest`` or ``newest``) and ``"autoloads"``
-    (``1`` where the release is loaded by ``import torch`` itself).
+    oldest release with a table: it lacks the kernels the affected releases lack, where a newer one
+    would hide their fallbacks. Returns the variables plus ``"label"`` (the table's name, for the
+    report), ``"chosen"`` (``given``, ``installed`` or ``oldest``) and ``"autoloads"`` (``1`` where
+    the release is loaded by ``import torch`` itself).
     """
     if torch_npu:
         version = optables.canonical(torch_npu)
@@ -149,8 +149,8 @@ def choose_table(torch_npu: Optional[str], otherwise: str = "newest") -> Dict[st
             startup.OPLISTS: str(package), startup.LABEL: label,
             startup.FALLBACK_DISABLE: "1" if disable else "0",
         }
-    version = optables.releases()[0] if otherwise == "oldest" else optables.newest()
-    return {"label": version, "chosen": otherwise, "autoloads": _autoloads(version),
+    version = optables.releases()[0]
+    return {"label": version, "chosen": "oldest", "autoloads": _autoloads(version),
             startup.TORCH_NPU: version}
 
 
@@ -496,7 +496,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     the command's standard output goes, a file or a descriptor (default: this process's).
     """
     _check_arguments(command, timeout)
-    table = choose_table(torch_npu, otherwise="oldest")
+    table = choose_table(torch_npu)
     chosen_soc = sim_paths.choose_soc(soc) if paths or soc else None
     if chosen_soc is not None:
         table[compile_mode.SOC_ENV] = chosen_soc["name"]

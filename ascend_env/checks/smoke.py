@@ -176,6 +176,7 @@ def _start_simulator(torch_npu: Optional[str], order: str) -> Dict[str, Any]:
     from ascend_env.sim import optables, startup
 
     table = audit.choose_table(torch_npu)
+    chosen = table.pop("chosen", None)
     if startup.OPLISTS in table:
         honoured = table.get(startup.FALLBACK_DISABLE) == "1"
     else:
@@ -183,7 +184,7 @@ def _start_simulator(torch_npu: Optional[str], order: str) -> Dict[str, Any]:
     in_force = _keep_fallback_disable(honoured)
     startup.enable(table)
     return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
-            "fallback_disable": in_force, "imports": import_torch_npu(order)}
+            "fallback_disable": in_force, "imports": import_torch_npu(order), "chosen": chosen}
 
 
 def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:

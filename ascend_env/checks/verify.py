@@ -340,6 +340,9 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
         first = run_smoke(options, "sim", STEPS,
                           child_environment(environ, simulate=True, fallback_disable=True))
     reason = reason or first.report.get("simulator_reason")
+    if reason and first.report.get("backend", {}).get("chosen") == "oldest":
+        reason += ("; no release named and none installed, so the oldest supported release's table, "
+                   "which lacks the most NPU kernels")
     runs = [first]
     kind = first.report.get("backend", {}).get("kind")
     device = "npu" if kind == "npu" else "sim"

@@ -132,7 +132,7 @@ def test_a_hook_only_install_after_a_lost_state_records_what_it_adopts(site, pat
     lose_state(site)
     installed = cli(site, patches, "install", "--hook-only", "--json")
     report = json.loads(installed.stdout)
-    assert report["result"] == "already applied" and report["changed"] == [] and report["adopted"]
+    assert report["result"] == "hook already installed" and report["changed"] == [] and report["adopted"]
     state = read_state(site)
     assert state is not None
     recorded = {entry.path: entry for entry in state.entries}
