@@ -142,6 +142,7 @@ def test_spawned_children_are_guarded_too(guarded, kernels):
 
 GENERATE = """
 import torch, transformers
+import torch_npu  # as Ascend scripts do: the startup hook hears of it here
 config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
