@@ -22,11 +22,20 @@ def test_a_functional_op_falls_back_only_with_its_out_form():
     for op, fix in by_op.items():
         assert fix.when_missing[0] == op
         for other in fix.when_missing[1:]:
-            assert other == op + "_out" and other in by_op
+            assert other in (op + "_out", op + ".out") and other in by_op
 
 
-def test_every_isin_overload_has_a_fix():
-    assert {fix.op for fix in fixes.FIXES} == set(ISIN_OVERLOADS)
+def test_every_overload_of_each_fixed_op_has_a_fix():
+    assert fixes.families() == ("isin", "polar")
+    assert {fix.op for fix in fixes.FIXES if fix.family == "isin"} == set(ISIN_OVERLOADS)
+    assert {fix.op for fix in fixes.FIXES if fix.family == "polar"} == {"polar", "polar.out"}
+    for fix in fixes.FIXES:
+        assert fix.module == f"ascend_env.kernels.{fix.family}"
+
+
+def test_kernels_holds_every_fix():
+    pytest.importorskip("torch")
+    assert set(fixes.kernels()) == {fix.op for fix in fixes.FIXES}
 
 
 def test_every_fix_says_why():
