@@ -39,6 +39,11 @@ _POLAR_REASON = (
 # aten::polar(.out); 2.1.0.post6, 2.2.0.post2 and 2.3.1 on register one. Checked against the op
 # tables in ascend_env.sim.optables.
 _POLAR_MISSING: Tuple[str, ...] = ("<2.1.0.post6", ">=2.2.0,<2.2.0.post2")
+# The polar those three register copies to the host and back: op-plugin b761d5824d7b (tags
+# v6.0.rc2-pytorch2.1.0, -2.2.0 and -2.3.1), op_plugin/ops/base_ops/opapi/PolarKernelNpuOpApi.cpp
+# ("kernel [polar] is not supported by NPU currently. Now this kernel is running on CPU"). A
+# registered kernel is never overridden, so there the op stays on the CPU.
+_POLAR_HOST_COPY: Tuple[str, ...] = ("==2.1.0.post6", "==2.2.0.post2", "==2.3.1")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class Fix:
     releases: Tuple[str, ...]  # PEP 440 specifier sets, any of which matches a release that needs it
     when_missing: Tuple[str, ...]  # the op falls back when none of these has an NPU kernel
     module: str = "ascend_env.kernels.isin"  # whose ATEN_KERNELS holds the kernel
+    host_copy: Tuple[str, ...] = ()  # releases whose registered kernel copies to the host and back
 
     @property
     def family(self) -> str:
@@ -68,15 +74,26 @@ class Fix:
             version = Version(release)
         except InvalidVersion:
             return None
-        return any(version in SpecifierSet(spec, prereleases=True) for spec in self.releases)
+        return _matches(version, self.releases)
+
+    def copies_to_host(self, release: Optional[str]) -> bool:
+        """Whether torch_npu ``release`` registers the op with a kernel that runs it on the CPU."""
+        try:
+            return release is not None and _matches(Version(release), self.host_copy)
+        except InvalidVersion:
+            return False
+
+
+def _matches(version: Version, specifiers: Tuple[str, ...]) -> bool:
+    return any(version in SpecifierSet(spec, prereleases=True) for spec in specifiers)
 
 
 def _fix(
     op: str, out: Optional[str], releases: Tuple[str, ...], reason: str = _ISIN_REASON,
-    module: str = "ascend_env.kernels.isin",
+    module: str = "ascend_env.kernels.isin", host_copy: Tuple[str, ...] = (),
 ) -> Fix:
     """A fix for ``op``; a functional ``op`` falls back only when its ``out=`` form does too."""
-    return Fix(op, reason, releases, (op,) if out is None else (op, out), module)
+    return Fix(op, reason, releases, (op,) if out is None else (op, out), module, host_copy)
 
 
 FIXES: Tuple[Fix, ...] = (
@@ -90,8 +107,8 @@ FIXES: Tuple[Fix, ...] = (
     _fix("isin.Scalar_Tensor", "isin.Scalar_Tensor_out", _NO_KNOWN_RELEASE),
     _fix("isin.Scalar_Tensor_out", None, _NO_KNOWN_RELEASE),
     # polar is CompositeExplicitAutograd: without an NPU kernel it calls polar.out, which falls back.
-    _fix("polar", "polar.out", _POLAR_MISSING, _POLAR_REASON, "ascend_env.kernels.polar"),
-    _fix("polar.out", None, _POLAR_MISSING, _POLAR_REASON, "ascend_env.kernels.polar"),
+    _fix("polar", "polar.out", _POLAR_MISSING, _POLAR_REASON, "ascend_env.kernels.polar", _POLAR_HOST_COPY),
+    _fix("polar.out", None, _POLAR_MISSING, _POLAR_REASON, "ascend_env.kernels.polar", _POLAR_HOST_COPY),
 )
 
 
