@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from coverage_models import ARCHITECTURES, STRATEGIES  # noqa: E402
 
+from ascend_env.kernels.registry import FIXES  # noqa: E402
+
 CHILD = ROOT / "tools" / "coverage_models.py"
 DATA = ROOT / "docs" / "coverage.json"
 PAGE = ROOT / "docs" / "coverage.md"
@@ -238,7 +240,14 @@ def render_page(document: Dict[str, Any]) -> str:
     for name, record in document["runs"].items():
         lines += [f"## {name}", "",
                   f"Python {record['python']}; {len(record['strategies'])} strategies; "
-                  f"{record['seconds']} s on 2 cores.", "",
+                  f"{record['seconds']} s on 2 shared cores.", ""]
+        copied = sorted({fix.family for fix in FIXES if fix.copies_to_host(record["table"])})
+        if copied:
+            lines += [f"torch_npu {record['table']} registers {', '.join(f'`{op}`' for op in copied)} with a "
+                      "kernel that copies to the host and back (see [the isin kernel](isin.md#polar)): no "
+                      "fallback is counted, but the models that fall back on it under a table without it "
+                      "run it on the CPU here too.", ""]
+        lines += [
                   "| architecture | kind | fell back before install | after install | same tokens | "
                   "not covered |",
                   "|---|---|---|---|---|---|"]
