@@ -70,8 +70,10 @@ def scratch_environment(python: str, root: Path) -> Tuple[str, Path]:
     """A venv under ``root`` that sees ``python``'s packages, with its own transformers copy and
     ``install`` run on it; returns its python and its site-packages."""
     paths, package, metadata = _site_of(python)
-    base = subprocess.run([python, "-c", "import sys; print(sys._base_executable)"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    # The interpreter itself (a venv's python is a link to it): a venv made from a venv's python
+    # would take that venv for its base on Python 3.8.
+    base = subprocess.run([python, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
     subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True)
     site = next(root.glob("lib/python*/site-packages"))
     (site / "_coverage_paths.pth").write_text("\n".join(paths) + "\n", encoding="utf-8")

@@ -145,10 +145,13 @@ def activate(source: str) -> List[str]:
 
     Also warns, in one line on stderr, when the installed patches drifted.
     """
+    # Imported before anything is recorded: one that fails to import raises to the caller (notify),
+    # torch first, so that a broken torch is what the error names.
+    import torch  # noqa: F401
+
     from ascend_env.kernels import registry as fixes
 
-    # Imported before anything is recorded: one that fails to import raises to the caller (notify).
-    kernels = fixes.kernels()  # imports torch
+    kernels = fixes.kernels()
 
     RECORD.release = _backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
