@@ -154,13 +154,16 @@ def _python_version(python: str) -> str:
 
 
 def key(record: Dict[str, Any]) -> str:
-    return f"{record['table']} | torch {record['torch']} | transformers {record['transformers']}"
+    return (f"torch_npu {record['table']} table, torch {record['torch']}, "
+            f"transformers {record['transformers']}")
 
 
 def load(data: Path) -> Dict[str, Any]:
+    """The data, each run under :func:`key` (sorted)."""
     if not data.is_file():
         return {"runs": {}}
     loaded: Dict[str, Any] = json.loads(data.read_text(encoding="utf-8"))
+    loaded["runs"] = dict(sorted((key(record), record) for record in loaded["runs"].values()))
     return loaded
 
 
@@ -175,6 +178,10 @@ def merge(data: Path, record: Dict[str, Any]) -> None:
         earlier["seconds"] += record["seconds"]
         record = earlier
     document["runs"][key(record)] = record
+    save(data, document)
+
+
+def save(data: Path, document: Dict[str, Any]) -> None:
     document["runs"] = dict(sorted(document["runs"].items()))
     data.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -202,10 +209,16 @@ def _ops(fallbacks: Dict[str, int]) -> str:
 
 def _not_covered(arch: Dict[str, Any]) -> str:
     if arch["error"]:
-        return f"not built: {arch['error']}"
-    skipped = [f"{s} ({status.split(': ', 1)[1]})" for s, status in arch["strategies"].items()
+        return f"not built: {_short(arch['error'])}"
+    skipped = [f"{s} ({_short(status.split(': ', 1)[1])})" for s, status in arch["strategies"].items()
                if status.startswith("not covered")]
     return "; ".join(skipped)
+
+
+def _short(reason: str, limit: int = 110) -> str:
+    """``reason`` cut to ``limit`` characters, table cells kept whole."""
+    reason = reason.replace("|", "/")
+    return reason if len(reason) <= limit else reason[:limit - 3].rstrip() + "..."
 
 
 def render_page(document: Dict[str, Any]) -> str:
@@ -270,14 +283,24 @@ def summary_lines(document: Dict[str, Any]) -> List[str]:
              "|---|---|---|"]
     for name, record in document["runs"].items():
         by_op: Dict[str, List[str]] = {}
+        built = [name for name, arch in record["phases"]["before"].items() if not arch["error"]]
         for arch_name, arch in record["phases"]["before"].items():
             for op in arch["fallbacks"]:
                 by_op.setdefault(op, []).append(arch_name)
-        before = "; ".join(f"`{op.split('::')[-1]}` ({', '.join(names) if len(names) < 4 else 'every model'})"
+        before = "; ".join(f"`{op.split('::')[-1]}` ({_models(names, built)})"
                            for op, names in sorted(by_op.items())) or "none"
         after = sorted({op for arch in record["phases"]["after"].values() for op in arch["fallbacks"]})
         lines.append(f"| {name} | {before} | {_ops(dict.fromkeys(after, 1))} |")
     return lines
+
+
+def _models(names: List[str], built: List[str]) -> str:
+    """``all N models``, the names when few, else ``N of M models``."""
+    if set(names) == set(built):
+        return f"all {len(built)} models"
+    if len(names) <= 4:
+        return ", ".join(sorted(names))
+    return f"{len(names)} of {len(built)} models"
 
 
 def render_section(text: str, document: Dict[str, Any]) -> str:

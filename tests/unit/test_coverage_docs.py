@@ -69,7 +69,8 @@ def test_render_lists_fallbacks_and_what_was_not_covered(tmp_path):
     page = coverage_matrix.render_page(coverage_matrix.load(data))
     assert "| llama | decoder-only | `polar.out` | none | 1 of 1 | static_cache (E: y) |" in page
     summary = coverage_matrix.summary_lines(coverage_matrix.load(data))
-    assert summary[-1] == "| 2.2.0 | torch 2.3.1 | transformers 4.57.6 | `polar.out` (llama) | none |"
+    assert summary[-1] == ("| torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | `polar.out` "
+                           "(all 1 models) | none |")
 
 
 def test_merge_adds_architectures_to_an_earlier_run(tmp_path):
