@@ -173,7 +173,9 @@ def merge(data: Path, record: Dict[str, Any]) -> None:
     earlier = document["runs"].get(key(record))
     if earlier is not None:
         for phase in PHASES:
-            earlier["phases"][phase].update(record["phases"][phase])
+            archs = earlier["phases"][phase]
+            for name, arch in record["phases"][phase].items():
+                archs[name] = _merged(archs[name], arch) if name in archs else arch
         earlier["strategies"] = list(dict.fromkeys(earlier["strategies"] + record["strategies"]))
         earlier["seconds"] += record["seconds"]
         record = earlier
@@ -184,6 +186,17 @@ def merge(data: Path, record: Dict[str, Any]) -> None:
 def save(data: Path, document: Dict[str, Any]) -> None:
     document["runs"] = dict(sorted(document["runs"].items()))
     data.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _merged(earlier: Dict[str, Any], later: Dict[str, Any]) -> Dict[str, Any]:
+    """One architecture's results of two runs with different strategies: the strategies of both
+    (the later run's where both ran one), the fallbacks of both (counts added)."""
+    fallbacks = dict(earlier["fallbacks"])
+    for op, count in later["fallbacks"].items():
+        fallbacks[op] = fallbacks.get(op, 0) + count
+    return {**earlier, "error": later["error"] or earlier["error"],
+            "fallbacks": dict(sorted(fallbacks.items())),
+            "strategies": {**earlier["strategies"], **later["strategies"]}}
 
 
 def problems(record: Dict[str, Any]) -> List[str]:

@@ -139,13 +139,15 @@ def build(name: str) -> Any:
 def tiny_tokenizer() -> Any:
     """A word-level tokenizer over ``w0`` ... ``w94`` and ``abcdef`` (the prefix that transformers'
     stop-string criteria tokenizes), built in memory (nothing downloaded)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {f"w{i}": i for i in range(VOCAB - 1)}
     vocab["abcdef"] = VOCAB - 1
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w3"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    # Words joined by spaces; without a decoder transformers 4.46's stop strings cannot decode.
+    tokenizer.decoder = decoders.WordPiece()
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="w3", pad_token="w0", eos_token="w2")
 
 
@@ -190,18 +192,19 @@ def run_architecture(name: str, strategies: List[str], npu: bool) -> Dict[str, A
     category, model_type = ARCHITECTURES[name][:2]
     result: Dict[str, Any] = {"category": category, "model_type": model_type, "error": None,
                               "strategies": {}, "fallbacks": {}}
-    try:
-        model = build(name)
-        assistant = copy.deepcopy(model)
-    except Exception as exc:  # noqa: BLE001 - recorded: "not covered", with the reason
-        result["error"] = _error(exc)["error"]
-        return result
     devices = ["cpu", "npu"] if npu else ["cpu"]
     for device in devices:
+        # A fresh model per device (the same weights): a CPU run may leave state on the model
+        # (transformers 4.49 keeps a static cache with meta tensors, which .to() cannot move).
+        try:
+            model = build(name).to(device)
+            assistant = copy.deepcopy(model)
+        except Exception as exc:  # noqa: BLE001 - recorded: "not covered", with the reason
+            result["error"] = _error(exc)["error"]
+            return result
         if device == "npu":
             from ascend_env import sim
 
-            model, assistant = model.to("npu"), assistant.to("npu")
             sim.reset()
         for strategy in strategies:
             try:

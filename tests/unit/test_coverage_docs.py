@@ -88,3 +88,14 @@ def test_merge_adds_architectures_to_an_earlier_run(tmp_path):
 def test_run_refuses_unknown_names():
     with pytest.raises(SystemExit):
         coverage_matrix.main(["run", "--table", "2.2.0", "--archs", "no_such_model"])
+
+
+def test_merge_adds_strategies_to_an_architecture(tmp_path):
+    data = tmp_path / "coverage.json"
+    first = {"greedy_2eos": "same", "stop_strings": "not covered: E"}
+    coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 3}, {}, first))
+    coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 1}, {}, {"stop_strings": "same"}))
+    (record,) = coverage_matrix.load(data)["runs"].values()
+    llama = record["phases"]["before"]["llama"]
+    assert llama["strategies"] == {"greedy_2eos": "same", "stop_strings": "same"}
+    assert llama["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 4}
