@@ -9,7 +9,8 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers) or the simulator;
 - ``imports``: how torch_npu was imported (``--imports``: through transformers' or accelerate's
   availability check, as real programs reach it, or directly), and by which module file;
-- ``steps``: ``isin`` (every overload, ``out=`` included, against the CPU) and ``generate`` (a
+- ``steps``: one per op of the registry of fixes (:mod:`ascend_env.kernels.registry`): ``isin``
+  and ``polar``, every overload, ``out=`` included, against the CPU; and ``generate`` (a
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
 - ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings;
@@ -40,7 +41,7 @@ from ascend_env.utils import atomic, progress
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
-STEPS = ("isin", "generate")
+STEPS = ("isin", "polar", "generate")  # a step per op of the registry of fixes, then generate()
 DEVICES = ("auto", "npu", "sim")
 #: How the smoke test's process reaches torch_npu, as real programs do: transformers' availability
 #: check (a ``find_spec`` probe, then the import), accelerate's (at ``import accelerate``), or a
@@ -223,6 +224,37 @@ def _check_isin(torch: Any, device: str) -> Dict[str, Any]:
     return {"overloads": results}
 
 
+def _check_polar(torch: Any, device: str) -> Dict[str, Any]:
+    """Both polar overloads on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
+
+    Within OpInfo's default tolerance of the CPU (``torch.testing.assert_close``): the CPU kernel
+    calls the C library's cos and sin, which no device op reproduces bit for bit."""
+    magnitude = torch.tensor([[0.5, 1.0, 2.0], [3.0, 0.0, 1.5]])
+    angle = torch.tensor([0.0, 1.0, -2.5])
+    polar = torch.ops.aten.polar
+    calls: Dict[str, Callable[[Any, Any, Any], Any]] = {
+        "polar": lambda a, b, out: polar.default(a, b),
+        "polar.out": lambda a, b, out: polar.out(a, b, out=out),
+    }
+    results: Dict[str, Any] = {}
+    for name, call in calls.items():
+        try:
+            expected = call(magnitude, angle, torch.empty(0, dtype=torch.complex64))
+            out = torch.empty(0, dtype=torch.complex64, device=device)
+            got = call(magnitude.to(device), angle.to(device), out)
+            error = None
+            if got.device.type != torch.device(device).type:
+                error = f"the result is on {got.device}, not {device}"
+            elif name.endswith("out") and got.data_ptr() != out.data_ptr():
+                error = "the result is not the out= tensor"
+            elif got.dtype != expected.dtype or not torch.allclose(got.cpu(), expected, 1.3e-6, 1e-5):
+                error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
+        except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
+            error = f"{type(exc).__name__}: {exc}"
+        results[name] = {"ok": error is None, "error": error}
+    return {"overloads": results}
+
+
 def tiny_llama() -> Any:
     """A randomly initialised two-layer Llama (hidden size 32, vocabulary 96), the same every call."""
     import torch
@@ -384,8 +416,9 @@ def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, An
     _reset(backend["kind"])
     started = time.monotonic()
     in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
+    check = {"isin": _check_isin, "polar": _check_polar}.get(step, _check_generate)
     with progress.step(f"smoke test step {step} on npu:0 ({backend['kind']})", verbose=True):
-        result = _check_isin(torch, "npu:0") if step == "isin" else _check_generate(torch, "npu:0")
+        result = check(torch, "npu:0")
     result["fallback_disable"] = in_force
     result["fallbacks"] = _fallbacks(backend["kind"])
     result["seconds"] = round(time.monotonic() - started, 3)
@@ -398,7 +431,7 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--torch-npu", metavar="VERSION", help="the simulated torch_npu release")
-    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated: isin, generate")
+    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated: " + ", ".join(STEPS))
     parser.add_argument("--imports", choices=IMPORTS, default=IMPORTS[0],
                         help="how to reach torch_npu: transformers' or accelerate's check, or directly")
     return parser.parse_args(argv)

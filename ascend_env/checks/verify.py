@@ -99,8 +99,15 @@ def refused_ops(text: str) -> List[str]:
     return list(dict.fromkeys(_REFUSED.findall(text)))
 
 
-def _is_isin(op: str) -> bool:
-    return op.split("::")[-1].split(".")[0] == "isin"
+def _family(op: str) -> str:
+    """``isin`` for ``aten::isin.Tensor_Tensor_out``."""
+    return op.split("::")[-1].split(".")[0]
+
+
+def _fixed_families() -> Tuple[str, ...]:
+    from ascend_env.kernels.registry import families
+
+    return families()
 
 
 @dataclass
@@ -514,7 +521,7 @@ def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
     if not ran:
         return None
     result = ran[-1].report["steps"][name]
-    if name == "isin":
+    if "overloads" in result:  # a step per op of the registry of fixes
         wrong = [f"{op}: {r['error']}" for op, r in result["overloads"].items() if not r["ok"]]
         if wrong:
             return Check.failed(name, "; ".join(wrong), _FIX_INSTALL)
@@ -526,16 +533,18 @@ def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
                               "the same tokens on npu:0 as on the CPU")
 
 
-def _isin_fallback_check(fallbacks: Mapping[str, Fallback]) -> Check:
-    """Fails when any isin overload fell back, by any evidence: fd-2 line, refusal or count."""
-    isin = {op: item for op, item in fallbacks.items() if _is_isin(op)}
-    if not isin:
-        return Check.passed("isin fallback", "none: no CAUTION line, no refusal, nothing counted")
+def _fix_fallback_check(family: str, fallbacks: Mapping[str, Fallback]) -> Check:
+    """Fails when any overload of ``family`` (an op ascend-env fixes) fell back, by any evidence:
+    fd-2 line, refusal or count."""
+    name = f"{family} fallback"
+    found = {op: item for op, item in fallbacks.items() if _family(op) == family}
+    if not found:
+        return Check.passed(name, "none: no CAUTION line, no refusal, nothing counted")
     parts = []
-    for op, item in isin.items():
+    for op, item in found.items():
         steps = f" in {', '.join(item.steps)}" if item.steps else ""
         parts.append(f"{op} fell back to the CPU{steps} ({_evidence(item)})")
-    return Check.failed("isin fallback", "; ".join(parts), _FIX_INSTALL)
+    return Check.failed(name, "; ".join(parts), _FIX_INSTALL)
 
 
 def _evidence(item: Fallback) -> str:
@@ -628,7 +637,7 @@ def _hook_install_check(installation: Mapping[str, Any]) -> Optional[Check]:
 def _hook_record_check(record: Mapping[str, Any], path: str) -> Optional[Check]:
     """The failed check when one process's hook record (torch_npu reached ``path``) shows errors,
     no sign of torch_npu or missing kernels; else None."""
-    from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
+    from ascend_env.kernels.registry import FIXES
 
     if record.get("errors"):
         return Check.failed("hook", "the startup hook failed: " + "; ".join(record["errors"]), _FIX_REPORT)
@@ -640,7 +649,7 @@ def _hook_record_check(record: Mapping[str, Any], path: str) -> Optional[Check]:
             _FIX_HOOK + "; if it persists, " + _FIX_REPORT,
         )
     covered = {*record["registered"], *record["native"]}
-    missing = [op for op in ISIN_OVERLOADS if op not in covered]
+    missing = [fix.op for fix in FIXES if fix.op not in covered]
     if missing:
         return Check.failed("hook", f"{', '.join(missing)}: neither native nor registered by the hook",
                             _FIX_HOOK)
@@ -731,11 +740,12 @@ def judge(
     backend: Dict[str, Any] = next((s.report["backend"] for s in runs if "backend" in s.report), {})
     on_npu = backend.get("kind") == "npu" or "npu_machine" in first
     fallbacks = _collect_fallbacks(runs)
-    others = {op: item for op, item in fallbacks.items() if not _is_isin(op)}
+    others = {op: item for op, item in fallbacks.items() if _family(op) not in _fixed_families()}
     checks = _checks(runs, fallbacks)
     if strict and others:
         checks.append(Check.failed("strict",
-                                   f"{len(others)} op(s) besides isin fell back: {', '.join(others)}",
+                                   f"{len(others)} op(s) besides those ascend-env fixes fell back: "
+                                   f"{', '.join(others)}",
                                    "use a torch_npu release with NPU kernels for them, or drop --strict"))
     return VerifyResult(
         ok=bool(checks) and all(check.ok for check in checks),
@@ -758,7 +768,7 @@ def _checks(runs: Sequence[Smoke], fallbacks: Mapping[str, Fallback]) -> List[Ch
     checks += [check for smoke in runs for check in _process_checks(smoke)]
     checks += [check for check in (_step_check(step, runs) for step in STEPS) if check is not None]
     if any(smoke.report.get("steps") for smoke in runs):
-        checks.append(_isin_fallback_check(fallbacks))
+        checks += [_fix_fallback_check(family, fallbacks) for family in _fixed_families()]
     installation = first.get("installation", {})
     if installation:
         checks += [_patches_check(installation), _hook_check(runs, installation)]

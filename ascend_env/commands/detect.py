@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from ascend_env.detect.compat import Verdict
-from ascend_env.detect.report import CompileMode, Isin, Package, Report, detect
+from ascend_env.detect.report import CompileMode, FixedOp, Isin, Package, Report, detect
 from ascend_env.exceptions import UsageError
 from ascend_env.output import bold, verdict_line, write_json, write_text
 
@@ -75,6 +75,8 @@ def render(report: Report, heading: Callable[[str], str] = lambda text: text) ->
     """The human report, in the style of PyTorch's ``collect_env``."""
     lines = _environment_lines(report)
     lines += ["", heading("isin")] + _isin_lines(report.isin)
+    if report.fixes:
+        lines += ["", heading("Ops ascend-env fixes")] + _fix_lines(report.fixes)
     if report.compile_mode is not None:
         lines += ["", heading("Compile mode")] + _compile_mode_lines(report.compile_mode)
     lines += ["", heading(f"Compatibility: {report.compat.status}")] + _compat_lines(report.compat)
@@ -126,6 +128,20 @@ def _isin_lines(isin: Isin) -> List[str]:
         lines.append("  missing: " + (", ".join(isin.missing) or "none"))
     lines.append(f"  falls back to the CPU: {_yes_no(isin.falls_back)} - {isin.reason}")
     lines.append(f"  install has work to do: {_yes_no(isin.install_has_work)} - {isin.install_reason()}")
+    return lines
+
+
+_STATUS = {"native": "native", "host_copy": "registered, runs on the CPU",
+           "fixed": "fixed by the startup hook", "falls_back": "FALLS BACK to the CPU",
+           "no_torch_npu": "no torch_npu", "unknown": "unknown"}
+
+
+def _fix_lines(fixes: List[FixedOp]) -> List[str]:
+    """One line per op: native / fixed / falls back, and the overloads concerned."""
+    lines = []
+    for fixed in fixes:
+        overloads = f" ({', '.join(fixed.falls_back)})" if fixed.falls_back else ""
+        lines.append(f"  {fixed.op}: {_STATUS.get(fixed.status, fixed.status)}{overloads} - {fixed.reason}")
     return lines
 
 

@@ -21,7 +21,7 @@ from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
 from ascend_env.hook import compile_guard
 from ascend_env.hook import files as hook_files
-from ascend_env.kernels.registry import FIXES
+from ascend_env.kernels.registry import FIXES, families
 
 SCHEMA = 1
 FALLBACK_OPS = ("isin.Tensor_Tensor", "isin.Tensor_Tensor_out")
@@ -104,6 +104,27 @@ class Isin:
 
 
 @dataclass
+class FixedOp:
+    """One op that ascend-env fixes (``isin``, ``polar``), for the installed torch_npu.
+
+    ``status``: ``native`` (every overload runs on the NPU, natively or through its ``out=``
+    form), ``host_copy`` (registered, but torch_npu's kernel copies to the host and back; a
+    registered kernel is never replaced), ``fixed`` (some fall back in torch_npu, and the startup
+    hook, installed here, registers ascend-env's kernels for them), ``falls_back`` (some fall
+    back and no hook is installed), ``no_torch_npu`` or ``unknown`` (the op lists cannot be read).
+    """
+
+    op: str
+    status: str = "unknown"
+    falls_back: List[str] = field(default_factory=list)  # the overloads without an NPU kernel
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "status": self.status, "falls_back": list(self.falls_back),
+                "reason": self.reason}
+
+
+@dataclass
 class CompileMode:
     """The compile mode torch_npu would start in here, and whether generation compiles online."""
 
@@ -167,6 +188,7 @@ class Report:
     compat: compat.Verdict
     compile_mode: Optional[CompileMode] = None
     notes: List[str] = field(default_factory=list)
+    fixes: List[FixedOp] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -203,6 +225,7 @@ class Report:
             "cann": self.toolkit.to_dict(),
             "driver": self.driver.to_dict(),
             "isin": self.isin.to_dict(),
+            "fixes": [fixed.to_dict() for fixed in self.fixes],
             "compat": self.compat.to_dict(),
             "compile_mode": None if self.compile_mode is None else self.compile_mode.to_dict(),
             "problems": self.problems,
@@ -273,6 +296,39 @@ def read_isin(torch_npu: Package) -> Isin:
     return Isin(False, "native", reason, native, missing)
 
 
+def read_fixes(torch_npu: Package, sites: Sequence[Path]) -> List[FixedOp]:
+    """Per op of the registry (:func:`ascend_env.kernels.registry.families`): native, fixed by
+    the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists."""
+    if not torch_npu.installed:
+        return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in families()]
+    if torch_npu.package_dir is None:
+        reason = f"unknown: torch_npu {torch_npu.version} has no package directory to read."
+        return [FixedOp(op, "unknown", [], reason) for op in families()]
+    try:
+        ops = read_torch_npu(torch_npu.package_dir)
+    except AscendEnvError as exc:
+        return [FixedOp(op, "unknown", [], f"unknown: {exc.problem}") for op in families()]
+    hooked = [site for site in sites if hook_files.installed(site)]
+    release = f"torch_npu {torch_npu.version}"
+    found = []
+    for family in families():
+        lacking = [fix.op for fix in FIXES
+                   if fix.family == family and all(op not in ops for op in fix.when_missing)]
+        copied = [fix.op for fix in FIXES if fix.family == family and fix.copies_to_host(torch_npu.version)]
+        if not lacking and copied:
+            found.append(FixedOp(family, "host_copy", [], f"{release} registers {family}, but its kernel "
+                                 "copies to the host and back (op-plugin); ascend-env leaves it alone"))
+        elif not lacking:
+            found.append(FixedOp(family, "native", [], f"{release} runs {family} on the NPU"))
+        elif hooked:
+            found.append(FixedOp(family, "fixed", lacking, f"no NPU kernel in {release}; the startup hook "
+                                 f"in {hooked[0]} registers ascend-env's"))
+        else:
+            found.append(FixedOp(family, "falls_back", lacking, f"no NPU kernel in {release} and no "
+                                 "startup hook; run: python -m ascend_env install"))
+    return found
+
+
 def detect(
     paths: Optional[Sequence[Path]] = None,
     environ: Optional[Mapping[str, str]] = None,
@@ -324,6 +380,7 @@ def detect(
         compat=verdict,
         compile_mode=compile_mode,
         notes=notes + list(verdict.notes),
+        fixes=read_fixes(torch_npu, site_packages),
     )
 
 

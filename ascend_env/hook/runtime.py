@@ -2,7 +2,8 @@
 
 :func:`activate` runs after ``torch_npu`` has been imported (or the simulator enabled): for every
 fix in :mod:`ascend_env.kernels.registry` whose op has no ``PrivateUse1`` kernel, it registers the
-replacement kernel from :mod:`ascend_env.kernels.isin` with ``torch.library``. Ops that already have a
+replacement kernel the registry names (:mod:`ascend_env.kernels.isin`, :mod:`ascend_env.kernels.polar`)
+with ``torch.library``. Ops that already have a
 kernel (a native one, or one registered earlier) are left alone, so PyTorch never warns
 "Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
 one (their composite kernel calls it). :func:`status` is the in-process record.
@@ -144,15 +145,19 @@ def activate(source: str) -> List[str]:
 
     Also warns, in one line on stderr, when the installed patches drifted.
     """
-    # Imported before anything is recorded: one that fails to import raises to the caller (notify).
-    from ascend_env.kernels import isin as ops  # imports torch
+    # Imported before anything is recorded: one that fails to import raises to the caller (notify),
+    # torch first, so that a broken torch is what the error names.
+    import torch  # noqa: F401
+
     from ascend_env.kernels import registry as fixes
+
+    kernels = fixes.kernels()
 
     RECORD.release = _backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
     # functional overload still falls back.
     wanted = [fix for fix in fixes.FIXES if _lacks_kernel(fix)]
-    registered = [fix.op for fix in wanted if _register(fix, ops.ATEN_KERNELS)]
+    registered = [fix.op for fix in wanted if _register(fix, kernels)]
     try:
         warn_on_drift(sys.stderr)
     except Exception as exc:

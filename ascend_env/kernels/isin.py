@@ -61,11 +61,12 @@ once, at import. Promotions that the running torch refuses (``uint16`` with a fl
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Dict, FrozenSet, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+
+from ascend_env.kernels.outputs import resize_output
 
 __all__ = ["ATEN_KERNELS", "CHUNK_BYTES", "NATIVE_OPS", "STRATEGIES", "choose_strategy", "isin"]
 
@@ -488,18 +489,7 @@ def _prepare_out(out: Tensor, shape: Tuple[int, ...], device: torch.device) -> N
         raise RuntimeError(f"Expected out tensor to have dtype bool, but got {out.dtype} instead")
     if out.device != device:
         raise RuntimeError(f"Expected out tensor to have device {device}, but got {out.device} instead")
-    if tuple(out.shape) != tuple(shape):
-        if out.numel() != 0:
-            warnings.warn(
-                "An output with one or more elements was resized since it had shape "
-                f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
-                "This behavior is deprecated, and in a future PyTorch release outputs will not be "
-                "resized unless they have zero elements. You can explicitly reuse an out tensor t by "
-                "resizing it, inplace, to zero elements with t.resize_(0).",
-                UserWarning,
-                stacklevel=3,
-            )
-        out.resize_(shape)
+    resize_output(out, shape, stacklevel=4)
 
 
 def _write_out(out: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:

@@ -166,7 +166,8 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     # 2.13.0 runs every isin overload natively (isin.Scalar_Tensor through its out= form).
     assert result["hook"]["registered"] == []
     assert [check["name"] for check in result["checks"]] == [
-        "fallback line", "isin", "generate", "isin fallback", "patches", "hook", "compile mode"]
+        "fallback line", "isin", "polar", "generate", "isin fallback", "polar fallback", "patches", "hook",
+        "compile mode"]
     # This stand-in has no torch_npu.npu.is_jit_compile_false(): reported, not failed.
     assert "not checked" in result["checks"][-1]["detail"]
 
@@ -258,3 +259,18 @@ def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(sh
     # --device npu never falls back to the simulator, NPU or not.
     forced = sh(shared, "python -m ascend_env verify --device npu", env)
     assert forced.returncode == 1 and "FAIL  device: npu:0 did not start" in forced.stdout
+
+
+def test_polar_on_a_release_without_it(shared):
+    """torch_npu 2.2.0 has no polar: the hook registers ascend-env's and verify's polar step and
+    check pass; with the hook off, the polar step's own calls fall back and verify fails."""
+    assert sh(shared, "python -m ascend_env install --patches always").returncode == 0
+    done = sh(shared, "python -m ascend_env verify --torch-npu 2.2.0 --json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert {"polar", "polar.out"} <= set(result["hook"]["registered"])
+    checks = {check["name"]: check for check in result["checks"]}
+    assert checks["polar"]["ok"] and checks["polar fallback"]["ok"]
+    off = sh(shared, "python -m ascend_env verify --torch-npu 2.2.0", {"ASCEND_ENV_DISABLE": "1"})
+    assert off.returncode == 1
+    assert "FAIL  polar fallback: aten::polar.out fell back to the CPU in polar" in off.stdout

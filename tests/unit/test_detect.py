@@ -219,7 +219,7 @@ def test_json_schema_is_stable(tmp_path, site):
     assert document["schema"] == 1
     assert list(document) == [
         "schema", "verdict", "python", "torch", "torch_npu", "transformers", "cann", "driver",
-        "isin", "compat", "compile_mode", "problems", "notes",
+        "isin", "fixes", "compat", "compile_mode", "problems", "notes",
     ]
     assert set(document["compile_mode"]) == {
         "soc", "soc_source", "kernels", "jit_compile_default", "compiles_online",
@@ -296,3 +296,53 @@ def test_install_has_no_work_once_the_startup_hook_is_installed(tmp_path, site):
     assert isin.falls_back is True  # torch_npu's own op table still lacks it
     assert (isin.hook_installed, isin.install_has_work) == (True, False)
     assert isin.install_reason().startswith(f"the startup hook is installed in {site}")
+
+
+def _statuses(report: detect_mod.Report) -> dict:
+    return {fixed.op: (fixed.status, fixed.falls_back) for fixed in report.fixes}
+
+
+def test_fixes_per_op_for_the_installed_release(tmp_path, site):
+    install_torch_npu(site)
+    assert _statuses(run(tmp_path, site)) == {
+        "isin": ("falls_back", ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"]),
+        "polar": ("host_copy", []),  # op-plugin b761d58's polar copies to the host
+    }
+    other = tmp_path / "other-site"
+    other.mkdir()
+    install_torch_npu(other, version="2.3.1.post2")
+    assert _statuses(run(tmp_path, other))["polar"] == ("native", [])
+
+
+def test_a_release_without_polar_falls_back_on_it(tmp_path, site):
+    package = install_torch_npu(site, version="2.2.0", native_isin=True)
+    codegen = package / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml"
+    polar = ("- func: polar(Tensor abs, Tensor angle) -> Tensor\n  impl_ns: op_api\n- func: polar.out("
+             "Tensor abs, Tensor angle, *, Tensor(a!) out) -> Tensor(a!)\n  impl_ns: op_api\n")
+    assert polar in codegen.read_text()
+    codegen.write_text(codegen.read_text().replace(polar, ""))
+    report = run(tmp_path, site)
+    assert _statuses(report)["polar"] == ("falls_back", ["polar", "polar.out"])
+    assert _statuses(report)["isin"] == ("native", [])
+    assert "run: python -m ascend_env install" in report.fixes[1].reason
+
+
+def test_the_startup_hook_makes_them_fixed(tmp_path, site):
+    from ascend_env.hook import files as hook
+
+    install_torch_npu(site)
+    for name, data in hook.files().items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(data)
+    report = run(tmp_path, site)
+    assert _statuses(report)["isin"] == ("fixed", ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"])
+    assert _statuses(report)["polar"] == ("host_copy", [])
+    assert report.to_dict()["fixes"][0] == {
+        "op": "isin", "status": "fixed", "falls_back": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
+        "reason": f"no NPU kernel in torch_npu 2.1.0.post6; the startup hook in {site} registers "
+                  "ascend-env's",
+    }
+
+
+def test_fixes_without_torch_npu(tmp_path, site):
+    assert {f.status for f in run(tmp_path, site).fixes} == {"no_torch_npu"}

@@ -22,11 +22,20 @@ def test_a_functional_op_falls_back_only_with_its_out_form():
     for op, fix in by_op.items():
         assert fix.when_missing[0] == op
         for other in fix.when_missing[1:]:
-            assert other == op + "_out" and other in by_op
+            assert other in (op + "_out", op + ".out") and other in by_op
 
 
-def test_every_isin_overload_has_a_fix():
-    assert {fix.op for fix in fixes.FIXES} == set(ISIN_OVERLOADS)
+def test_every_overload_of_each_fixed_op_has_a_fix():
+    assert fixes.families() == ("isin", "polar")
+    assert {fix.op for fix in fixes.FIXES if fix.family == "isin"} == set(ISIN_OVERLOADS)
+    assert {fix.op for fix in fixes.FIXES if fix.family == "polar"} == {"polar", "polar.out"}
+    for fix in fixes.FIXES:
+        assert fix.module == f"ascend_env.kernels.{fix.family}"
+
+
+def test_kernels_holds_every_fix():
+    pytest.importorskip("torch")
+    assert set(fixes.kernels()) == {fix.op for fix in fixes.FIXES}
 
 
 def test_every_fix_says_why():
@@ -40,3 +49,22 @@ def test_unknown_release():
     assert fix.needed_by("not a version") is None
     assert fix.needed_by("2.1.0.post6") is True
     assert fix.needed_by("2.4.0") is False
+
+
+def test_polar_copies_to_the_host_exactly_where_op_plugin_b761d58_is_pinned():
+    """The releases whose polar kernel copies to the host are those built from op-plugin
+    b761d5824d7b (PolarKernelNpuOpApi.cpp), as the op-path data records each release's commit."""
+    import json
+
+    from ascend_env.sim import oppaths
+
+    records = json.loads(oppaths.DATA_FILE.read_text(encoding="utf-8"))["releases"]
+    pinned = {r["version"] for r in records if r["op_plugin_commit"].startswith("b761d5824d7b")}
+    assert pinned == {"2.1.0.post6", "2.2.0.post2", "2.3.1"}
+    polar = {fix.op: fix for fix in fixes.FIXES}["polar"]
+    for release in optables.releases():
+        assert polar.copies_to_host(release) is (release in pinned), release
+        if release in pinned:
+            assert "polar" in optables.load(release)  # registered, so never overridden
+    assert polar.copies_to_host(None) is False and polar.copies_to_host("garbage") is False
+    assert not any(fix.copies_to_host("2.3.1") for fix in fixes.FIXES if fix.family == "isin")

@@ -52,11 +52,12 @@ def events(monkeypatch, record) -> List[str]:
 
 
 def test_each_failure_is_recorded_and_the_other_fixes_go_on(record, events):
-    from ascend_env.kernels.isin import ATEN_KERNELS
+    from ascend_env.kernels.registry import kernels
 
-    assert runtime.activate("ascend_env.sim") == ["isin.Tensor_Tensor", "isin.Tensor_Scalar_out"]
-    assert record.registered == ["isin.Tensor_Tensor", "isin.Tensor_Scalar_out"]
-    assert record.library.impls == [(op, ATEN_KERNELS[op], "PrivateUse1") for op in record.registered]
+    registered = ["isin.Tensor_Tensor", "isin.Tensor_Scalar_out", "polar", "polar.out"]
+    assert runtime.activate("ascend_env.sim") == registered
+    assert record.registered == registered
+    assert record.library.impls == [(op, kernels()[op], "PrivateUse1") for op in record.registered]
     assert record.native == ["isin.Scalar_Tensor", "isin.Scalar_Tensor_out"]
     assert record.errors == [
         "isin.Tensor_Scalar: RuntimeError: no dispatcher",
@@ -79,7 +80,7 @@ def test_a_second_backend_registers_only_what_is_still_missing(record, events):
     assert runtime.activate("torch_npu") == []
     assert "guard" not in events  # the guard runs once per process
     assert [event for event in events if event.startswith("impl")] == ["impl isin.Tensor_Tensor_out"]
-    assert record.registered == ["isin.Tensor_Tensor", "isin.Tensor_Scalar_out"]
+    assert record.registered == ["isin.Tensor_Tensor", "isin.Tensor_Scalar_out", "polar", "polar.out"]
     assert record.native == ["isin.Scalar_Tensor", "isin.Scalar_Tensor_out"]
     assert record.errors == [
         "isin.Tensor_Scalar: RuntimeError: no dispatcher",

@@ -108,6 +108,8 @@ def good_report(**changes: Any) -> Dict[str, Any]:
         "steps": {
             "isin": {"overloads": {op: {"ok": True, "error": None} for op in ISIN_OVERLOADS},
                      "fallbacks": {}},
+            "polar": {"overloads": {op: {"ok": True, "error": None} for op in ("polar", "polar.out")},
+                      "fallbacks": {}},
             "generate": {"ok": True, "error": None, "fallbacks": {}},
         },
         "imports": {"order": "transformers", "available": True, "module": "/sim/pkgs/torch_npu/__init__.py"},
@@ -115,7 +117,7 @@ def good_report(**changes: Any) -> Dict[str, Any]:
                  "events": ["torch_npu: import after 1 probe (simulated)"],
                  "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
                  "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor",
-                            "isin.Scalar_Tensor_out"],
+                            "isin.Scalar_Tensor_out", "polar", "polar.out"],
                  "errors": []},
         "warnings": [],
     }
@@ -554,3 +556,28 @@ def test_compile_mode_on_the_simulator_passes_without_compiles_and_says_what_it_
               "steady_would_compile": 0}
     check = compile_checks(record)
     assert check["ok"] and "assumed" in check["detail"] and "modelled, not measured" in check["detail"]
+
+
+def test_a_polar_fallback_fails_like_an_isin_one():
+    steps = good_report()["steps"]
+    steps["generate"]["fallbacks"] = {"aten::polar.out": 8}
+    result = judged(good_report(steps=steps), "CAUTION: The operator 'aten::polar.out' is not currently "
+                    "supported on the NPU backend and will fall back to run on the CPU.")
+    assert not result["ok"]
+    assert failed(result) == {"polar fallback": "aten::polar.out fell back to the CPU in generate "
+                                                "(CAUTION line on fd 2; counted 8 times by the simulator)"}
+    assert result["findings"] == []  # a fixed op's fallback is a failure, not a finding
+
+
+def test_a_wrong_polar_step_fails():
+    steps = good_report()["steps"]
+    steps["polar"]["overloads"]["polar.out"] = {"ok": False, "error": "the result is not the out= tensor"}
+    wrong = "polar.out: the result is not the out= tensor"
+    assert failed(judged(good_report(steps=steps))) == {"polar": wrong}
+
+
+def test_a_hook_record_without_polar_fails():
+    hook = good_report()["hook"]
+    hook["native"] = [op for op in hook["native"] if not op.startswith("polar")]
+    assert failed(judged(good_report(hook=hook))) == {
+        "hook": "polar, polar.out: neither native nor registered by the hook"}

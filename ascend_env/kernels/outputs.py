@@ -1,0 +1,29 @@
+"""``out=`` tensors as ATen's kernels treat them: resized to the result's shape, with its warning."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Tuple
+
+from torch import Tensor
+
+__all__ = ["resize_output"]
+
+
+def resize_output(out: Tensor, shape: Tuple[int, ...], stacklevel: int = 3) -> None:
+    """Resize ``out`` to ``shape`` as ATen's ``at::native::resize_output`` does: a non-empty
+    ``out`` of another shape is resized with a deprecation warning (``stacklevel`` points it at
+    the caller of the kernel); one of the right shape keeps its strides."""
+    if tuple(out.shape) == tuple(shape):
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            "An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t by "
+            "resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    out.resize_(shape)

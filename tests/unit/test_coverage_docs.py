@@ -1,0 +1,101 @@
+"""The coverage matrix's docs are its data: docs/coverage.md and the summary in docs/simulator.md
+are exactly what ``tools/coverage_matrix.py render`` writes from docs/coverage.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import coverage_matrix  # noqa: E402
+
+
+def _record(before: dict, after: dict, strategies: dict) -> dict:
+    arch = {"category": "decoder-only", "error": None}
+    return {"table": "2.2.0", "torch": "2.3.1", "transformers": "4.57.6", "python": "3.10.13",
+            "strategies": list(strategies), "seconds": 1,
+            "phases": {"before": {"llama": {**arch, "fallbacks": before, "strategies": strategies}},
+                       "after": {"llama": {**arch, "fallbacks": after, "strategies": strategies}}}}
+
+
+def test_the_generated_docs_match_the_data():
+    for path, text in coverage_matrix.render().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path}: run python tools/coverage_matrix.py render"
+
+
+def test_the_data_shows_nothing_after_install():
+    runs = coverage_matrix.load(coverage_matrix.DATA)["runs"]
+    assert runs, "docs/coverage.json holds no run"
+    for name, record in runs.items():
+        assert coverage_matrix.problems(record) == [], name
+
+
+def test_the_page_names_every_fallback_of_the_data():
+    page = coverage_matrix.PAGE.read_text(encoding="utf-8")
+    for record in coverage_matrix.load(coverage_matrix.DATA)["runs"].values():
+        for arch in record["phases"]["before"].values():
+            for op in arch["fallbacks"]:
+                assert f"`{op.split('::')[-1]}`" in page
+
+
+def test_problems_catch_a_fallback_after_install_and_different_tokens():
+    clean = _record({"aten::isin.Tensor_Tensor_out": 3}, {}, {"greedy_2eos": "same"})
+    assert coverage_matrix.problems(clean) == []
+    late = _record({}, {"aten::polar.out": 2}, {"greedy_2eos": "same"})
+    assert coverage_matrix.problems(late) == ["after install: llama: aten::polar.out fell back"]
+    differs = _record({}, {}, {"sampling": "differs", "assisted": "npu error: RuntimeError: x",
+                              "static_cache": "not covered: ValueError: y"})
+    assert coverage_matrix.problems(differs) == [
+        "before: llama sampling: differs", "before: llama assisted: npu error: RuntimeError: x",
+        "after: llama sampling: differs", "after: llama assisted: npu error: RuntimeError: x",
+    ]
+
+
+def test_strategy_status():
+    assert coverage_matrix._strategy_status([[1, 2]], [[1, 2]]) == "same"
+    assert coverage_matrix._strategy_status([[1, 2]], [[1, 3]]) == "differs"
+    assert coverage_matrix._strategy_status({"error": "E: cpu"}, {"error": "E: cpu"}) == "not covered: E: cpu"
+    assert coverage_matrix._strategy_status([[1]], {"error": "E: npu"}) == "npu error: E: npu"
+
+
+def test_render_lists_fallbacks_and_what_was_not_covered(tmp_path):
+    data = tmp_path / "coverage.json"
+    coverage_matrix.merge(data, _record({"aten::polar.out": 2}, {}, {"greedy_2eos": "same",
+                                                                      "static_cache": "not covered: E: y"}))
+    page = coverage_matrix.render_page(coverage_matrix.load(data))
+    assert "| llama | decoder-only | `polar.out` | none | 1 of 1 | static_cache (E: y) |" in page
+    summary = coverage_matrix.summary_lines(coverage_matrix.load(data))
+    assert summary[-1] == ("| torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | `polar.out` "
+                           "(all 1 models) | none |")
+
+
+def test_merge_adds_architectures_to_an_earlier_run(tmp_path):
+    data = tmp_path / "coverage.json"
+    coverage_matrix.merge(data, _record({}, {}, {"greedy_2eos": "same"}))
+    second = _record({}, {}, {"sampling": "same"})
+    for phase in ("before", "after"):
+        second["phases"][phase]["mamba"] = second["phases"][phase].pop("llama")
+    coverage_matrix.merge(data, second)
+    (record,) = coverage_matrix.load(data)["runs"].values()
+    assert set(record["phases"]["after"]) == {"llama", "mamba"}
+    assert record["strategies"] == ["greedy_2eos", "sampling"] and record["seconds"] == 2
+
+
+def test_run_refuses_unknown_names():
+    with pytest.raises(SystemExit):
+        coverage_matrix.main(["run", "--table", "2.2.0", "--archs", "no_such_model"])
+
+
+def test_merge_adds_strategies_to_an_architecture(tmp_path):
+    data = tmp_path / "coverage.json"
+    first = {"greedy_2eos": "same", "stop_strings": "not covered: E"}
+    coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 3}, {}, first))
+    coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 1}, {}, {"stop_strings": "same"}))
+    (record,) = coverage_matrix.load(data)["runs"].values()
+    llama = record["phases"]["before"]["llama"]
+    assert llama["strategies"] == {"greedy_2eos": "same", "stop_strings": "same"}
+    assert llama["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 4}
