@@ -15,7 +15,7 @@ tokens equal the CPU's, or why the strategy could not be compared) is merged int
 ``docs/simulator.md`` from it, and ``check`` fails when they are stale. Usage::
 
     python tools/coverage_matrix.py run --table 2.2.0 [--python PY] [--archs a,b] [--strategies s,t]
-    python tools/coverage_matrix.py run --sample           # the CI sample (tox -e coverage)
+    python tools/coverage_matrix.py run --sample           # the CI sample (tox -e torch-2.3.1 runs it)
     python tools/coverage_matrix.py render | check
 
 ``run`` exits 1 when anything falls back after install, or when NPU tokens differ from the CPU's.
@@ -262,7 +262,7 @@ def render_page(document: Dict[str, Any]) -> str:
         "torch line, each with the oldest and newest transformers release our patches cover there",
         "(as the old-torch tox envs pair them: torch 2.1.0 on Python 3.8, 4.40.0 and 4.46.3; torch 2.2.0",
         "on Python 3.9, 4.49.0 and 4.57.6; torch 2.3.1 on Python 3.10, 4.53.3 and 4.57.6). The runs",
-        "below are the cells measured so far. CI runs a sample (`tox -e coverage`: 6.6 minutes measured",
+        "below are the cells measured so far. CI runs a sample (in `tox -e torch-2.3.1`: 6.6 minutes measured",
         "on 2 cores under a load average of 8): table",
         f"{SAMPLE_TABLE}, {', '.join(SAMPLE_ARCHS)} x {', '.join(SAMPLE_STRATEGIES)}.",
         "",
