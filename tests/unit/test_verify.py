@@ -506,11 +506,11 @@ def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
 
 def test_the_last_line_states_the_verdict_and_its_cause():
     passed = verify.format_text(judged(good_report()))
-    assert passed.splitlines()[-1] == "verify: passed: all 6 checks passed"
+    assert passed.splitlines()[-1] == "verify: passed: all 8 checks passed"
     report = good_report()
     report["installation"]["hook_files"] = []
     assert verify.format_text(judged(report)).splitlines()[-1] == (
-        "verify: FAILED: 1 of 6 checks failed: hook (fix lines above)")
+        "verify: FAILED: 1 of 8 checks failed: hook (fix lines above)")
 
 
 SEED_64BIT = ("[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
