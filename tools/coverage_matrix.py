@@ -262,8 +262,8 @@ def render_page(document: Dict[str, Any]) -> str:
         "torch line, each with the oldest and newest transformers release our patches cover there",
         "(as the old-torch tox envs pair them: torch 2.1.0 on Python 3.8, 4.40.0 and 4.46.3; torch 2.2.0",
         "on Python 3.9, 4.49.0 and 4.57.6; torch 2.3.1 on Python 3.10, 4.53.3 and 4.57.6). The runs",
-        "below are the cells measured so far. CI runs a sample (in `tox -e torch-2.3.1`: 6.6 minutes measured",
-        "on 2 cores under a load average of 8): table",
+        "below are the cells measured so far. CI runs a sample (in `tox -e torch-2.3.1`: 6.6 minutes",
+        "measured on 2 cores under a load average of 8): table",
         f"{SAMPLE_TABLE}, {', '.join(SAMPLE_ARCHS)} x {', '.join(SAMPLE_STRATEGIES)}.",
         "",
     ]

@@ -587,6 +587,7 @@ def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Check
         return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
     registered: List[str] = []
     paths: List[str] = []
+    untried: List[str] = []
     for smoke in heard:
         record = smoke.report["hook"]
         failed = _hook_record_check(record, _import_path(smoke))
@@ -595,9 +596,12 @@ def _hook_check(runs: Sequence[Smoke], installation: Mapping[str, Any]) -> Check
         registered = registered or list(record["registered"])
         skipped = smoke.report.get("imports", {}).get("skipped")
         words = _IMPORT_WORDS.get(smoke.imports, smoke.imports)
-        paths.append(f"{words} ({skipped}: not tried)" if skipped else words)
-    return Check.passed("hook", f"heard of torch_npu through {', '.join(paths)}; registered " +
-                        (", ".join(registered) or "nothing (every isin overload is native)"))
+        (untried if skipped else paths).append(f"{words} ({skipped})" if skipped else words)
+    detail = f"heard of torch_npu through {', '.join(paths)}"
+    if untried:
+        detail += f" (not tried: {', '.join(untried)})"
+    return Check.passed("hook", f"{detail}; registered " +
+                        (", ".join(registered) or "nothing (every fixed op is native)"))
 
 
 _IMPORT_WORDS = {"transformers": "transformers' check", "accelerate": "import accelerate",

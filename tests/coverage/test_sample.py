@@ -1,10 +1,11 @@
 """The coverage matrix's CI sample: ``tools/coverage_matrix.py run --sample`` in this environment.
 
-Runs only in ``tox -e torch-2.3.1`` (``ASCEND_ENV_COVERAGE=1``; torch 2.3.1, transformers 4.57.6): it runs generation under ``audit``
-twice (before install, and after install in a scratch copy of transformers) on torch_npu
-2.2.0's op table. Nothing may fall back after install, the NPU tokens must equal the CPU's, the
-run before install must fall back (on isin everywhere, on polar where the rotary embedding calls
-``torch.polar``), and every cell it shares with the committed docs/coverage.json must agree.
+Runs only in ``tox -e torch-2.3.1`` (``ASCEND_ENV_COVERAGE=1``; torch 2.3.1, transformers 4.57.6):
+it runs generation under ``audit`` twice (before install, and after install in a scratch copy of
+transformers) on torch_npu 2.2.0's op table. Nothing may fall back after install, the NPU tokens
+must equal the CPU's, the run before install must fall back (on isin everywhere, on polar where the
+rotary embedding calls ``torch.polar``), and every cell it shares with the committed
+docs/coverage.json must agree.
 """
 
 from __future__ import annotations
