@@ -6,7 +6,9 @@
 // Dispatch, as torch_npu does it:
 //   * the infrastructure kernels below (empty, copy, resize, views) are always registered;
 //   * enable_table() registers a pass-through kernel for each op of one torch_npu release's
-//     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently;
+//     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently
+//     (an op PyTorch builds out of other ops runs that decomposition instead: runs_decomposition);
+//   * autograd is PyTorch's: the derivative formulas of the ops that run, whether native or not;
 //   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
 //     count it, warn once per op per process on fd 2, and run it on the CPU (at::native::cpu_fallback).
 //
@@ -231,9 +233,18 @@ struct GeneratorSwaps {
   }
 };
 
+// The conjugate and negative bits of a lazily conjugated or negated view (`x.conj()`, `_neg_view`)
+// carried from one tensor to another over the same bytes: a kernel that reads the view must see
+// the bits, or it computes with the unconjugated values (`x.conj().clone()` returning `x`).
+void copy_math_bits(const at::Tensor& from, const at::Tensor& to) {
+  to.unsafeGetTensorImpl()->_set_conj(from.is_conj());
+  to.unsafeGetTensorImpl()->_set_neg(from.is_neg());
+}
+
 // A CPU tensor over the memory of an npu tensor: its own CPU StorageImpl around the same bytes
-// (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too. The
-// caller keeps the npu tensor alive while the view is in use.
+// (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too; with the
+// npu tensor's conjugate and negative bits, which the CPU kernels resolve as they do for CPU
+// tensors. The caller keeps the npu tensor alive while the view is in use.
 at::Tensor cpu_view(const at::Tensor& npu) {
   const c10::Storage& source = npu.storage();
   c10::Storage storage(c10::Storage::use_byte_size_t(), source.nbytes(),
@@ -242,14 +253,16 @@ at::Tensor cpu_view(const at::Tensor& npu) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                        npu.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(npu.sizes(), npu.strides(), npu.storage_offset());
+  copy_math_bits(npu, view);
   return view;
 }
 
-// An npu tensor over `storage` with the geometry of `like`.
+// An npu tensor over `storage` with the geometry (and conjugate and negative bits) of `like`.
 at::Tensor npu_over(const c10::Storage& storage, const at::Tensor& like) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  copy_math_bits(like, tensor);
   return tensor;
 }
 
@@ -724,6 +737,32 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   generators.swap_out();
 }
 
+// ---------------------------------------------------------------- the op table
+
+// Whether a native op of the table runs as PyTorch's decomposition rather than a pass-through kernel:
+// an op PyTorch builds out of other ops (a CompositeImplicitAutograd kernel) with no CPU kernel of
+// its own, such as softmax.int, matmul, dropout or to.dtype.
+//
+// torch_npu registers such an op under PrivateUse1 like any other (codegen/gen_backend_stubs.py,
+// Ascend/pytorch branch v2.1.0-6.0.rc2, commit 5c2df843879f67947f7bc24e2f8cfca73be3ef3d; only
+// to.device and to.dtype also get an AutogradPrivateUse1 kernel there), and its kernel calls the
+// ops of the decomposition through the dispatcher: op-plugin's softmax.int returns at::_softmax
+// (op_plugin/ops/base_ops/aclops/SoftmaxKernelNpu.cpp, Ascend/op-plugin branch 6.0.rc2, commit
+// b761d5824d7bc3f48033fe7120552cc2cfbce56d). Under AutogradPrivateUse1 torch_npu has a fallthrough
+// (torch_npu/csrc/aten/VariableFallbackKernel.cpp, v2.1.0-6.0.rc2) or, from 7.0.0
+// (v2.1.0-7.0.0, commit 76913c98310bdf27c1284a67c13f3d92840d8df2), a fallback that warns and
+// redispatches: either way autograd is not excluded while the kernel runs, so the ops it calls
+// record the gradient. A pass-through kernel would run the decomposition on CPU views, where
+// nothing records it: the gradient would be lost. Without a PrivateUse1 kernel the dispatcher runs
+// the decomposition itself, under autograd, each op of it native or falling back by the table, as
+// on the device. matmul is one: torch_npu's backward of it is its native matmul_backward, listed
+// by every table that lists matmul; the decomposition's backward gives the same gradients.
+// An op with a CPU kernel as well (silu_backward) keeps its pass-through kernel.
+bool runs_decomposition(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
 // ---------------------------------------------------------------- the interface to Python
 
 std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool fallback_disable) {
@@ -739,8 +778,12 @@ std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool 
     }
     const auto dot = name.find('.');
     c10::OperatorName opname("aten::" + name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
-    if (!c10::Dispatcher::singleton().findSchema(opname).has_value()) {
+    auto op = c10::Dispatcher::singleton().findSchema(opname);
+    if (!op.has_value()) {
       unknown.push_back(name);
+      continue;
+    }
+    if (runs_decomposition(*op)) {
       continue;
     }
     s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&passthrough>());
