@@ -77,6 +77,28 @@ def test_the_backward_of_a_falling_back_op_falls_back_and_is_counted(npu):
     assert any(name.startswith("aten::logit_backward") for name in counted), counted
 
 
+def test_optimizer_steps_loop_over_tensors_instead_of_falling_back(npu):
+    """torch_npu registers PyTorch's per-tensor loop for every foreach op it does not implement:
+    AdamW's and clip_grad_norm_'s foreach steps do not fall back as a whole."""
+    def train(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=True)
+        for _ in range(2):
+            model(torch.ones(5, 4).to(device)).square().sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, foreach=True)
+            optimizer.step()
+            optimizer.zero_grad()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    expected = train("cpu")
+    sim.reset()
+    got = train(npu)
+    assert not [name for name in sim.fallbacks() if name.startswith("aten::_foreach")], sim.fallbacks()
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
 def test_results_of_falling_back_ops_come_back_on_npu(npu):
     a = torch.randn(4, 4)
     spd = a @ a.t() + 4 * torch.eye(4)
@@ -160,3 +182,19 @@ def test_a_training_step_gives_the_cpus_gradients_on_every_op_table(table):
     # torch.logit falls back on some tables: its backward then falls back too, and both are counted.
     if "aten::logit" in report["fallbacks"]:
         assert any(name.startswith("aten::logit_backward") for name in report["fallbacks"]), report
+
+
+def test_enabling_after_autograd_ran_warns_that_npu_backward_cannot_work():
+    result = run_python(textwrap.dedent("""
+        import warnings, torch
+        from ascend_env import sim
+        x = torch.ones(2, requires_grad=True)
+        (x * 2).sum().backward()  # the autograd engine starts, knowing no npu device
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sim.enable("2.1.0.post6")
+        print([str(w.message) for w in caught if w.category is RuntimeWarning])
+    """))
+    assert result.returncode == 0, result.stderr
+    assert "ran autograd before the simulated NPU was enabled" in result.stdout
+    assert "ascend_env.sim.enable() right after 'import torch'" in result.stdout

@@ -9,6 +9,7 @@
 //     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently
 //     (an op PyTorch builds out of other ops runs that decomposition instead: runs_decomposition);
 //   * autograd is PyTorch's: the derivative formulas of the ops that run, whether native or not;
+//   * a `_foreach_*` op the table does not list runs PyTorch's per-tensor loop (foreach_slow);
 //   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
 //     count it, warn once per op per process on fd 2, and run it on the CPU (at::native::cpu_fallback).
 //
@@ -1030,6 +1031,25 @@ bool runs_decomposition(const c10::OperatorHandle& op) {
          !op.hasKernelForDispatchKey(c10::DispatchKey::CPU);
 }
 
+// The `_foreach_*` ops a table does not list: torch_npu registers, under PrivateUse1, the CPU kernel
+// of each foreach op that has one (codegen/gen_backend_stubs.py, gen_foreach_register, and
+// codegen/templates/ForeachRegister.cpp, Ascend/pytorch branch v2.1.0-6.0.rc2, commit
+// 5c2df843879f67947f7bc24e2f8cfca73be3ef3d): PyTorch's slow kernels, which loop over the tensors
+// calling the per-tensor ops, each native or falling back by the table. So an optimizer's foreach
+// step (AdamW's _foreach_lerp_, clip_grad_norm_'s _foreach_norm) never falls back as a whole. Here
+// the same: the CPU kernel runs on the npu tensors themselves.
+void foreach_slow(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
+bool is_cpu_foreach(const c10::OperatorName& name) {
+  if (name.name.rfind("aten::_foreach_", 0) != 0) {
+    return false;
+  }
+  auto op = c10::Dispatcher::singleton().findSchema(name);
+  return op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
 // ---------------------------------------------------------------- the interface to Python
 
 std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool fallback_disable) {
@@ -1054,6 +1074,13 @@ std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool 
       continue;
     }
     s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&passthrough>());
+  }
+  const std::set<std::string> listed(ops.begin(), ops.end());
+  for (const auto& opname : c10::Dispatcher::singleton().getAllOpNames()) {
+    const std::string name = opname.name.substr(6) + (opname.overload_name.empty() ? "" : "." + opname.overload_name);
+    if (is_cpu_foreach(opname) && !listed.count(name)) {
+      s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_slow>());
+    }
   }
   s.fallback = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
                                                 __FILE__, __LINE__);
