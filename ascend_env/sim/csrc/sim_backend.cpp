@@ -7,7 +7,7 @@
 //   * the infrastructure kernels below (empty, copy, resize, views) are always registered;
 //   * enable_table() registers a pass-through kernel for each op of one torch_npu release's
 //     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently
-//     (an op PyTorch builds out of other ops runs that decomposition instead: runs_decomposition);
+//     (an op PyTorch builds out of other ops runs that decomposition on npu: runs_decomposition);
 //   * autograd is PyTorch's: the derivative formulas of the ops that run, whether native or not;
 //   * a `_foreach_*` op the table does not list runs PyTorch's per-tensor loop (foreach_slow);
 //   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
@@ -467,6 +467,9 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
 struct State {
   std::mutex mutex;
   std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
+  std::unique_ptr<torch::Library> autograd;  // autograd fallthroughs of its composite ops
+  // Their conjugate and negative fallthroughs: the decomposition gets the views as the CPU's does.
+  std::vector<std::pair<c10::DispatchKey, std::unique_ptr<torch::Library>>> math_bits;
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
   std::vector<std::unique_ptr<torch::Library>> fallthroughs;  // autograd and autocast, where torch has none
   std::unique_ptr<torch::Library> pinned_select;  // is_pinned / _pin_memory default to npu
@@ -1007,9 +1010,9 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // ---------------------------------------------------------------- the op table
 
-// Whether a native op of the table runs as PyTorch's decomposition rather than a pass-through kernel:
-// an op PyTorch builds out of other ops (a CompositeImplicitAutograd kernel) with no CPU kernel of
-// its own, such as softmax.int, matmul, dropout or to.dtype.
+// Whether a native op of the table is one PyTorch builds out of other ops (a CompositeImplicitAutograd
+// kernel) with no CPU kernel of its own, such as softmax.int, matmul, dropout or to.dtype. Its npu
+// kernel runs that decomposition on the npu tensors (decomposition_on_npu), under autograd.
 //
 // torch_npu registers such an op under PrivateUse1 like any other (codegen/gen_backend_stubs.py,
 // Ascend/pytorch branch v2.1.0-6.0.rc2, commit 5c2df843879f67947f7bc24e2f8cfca73be3ef3d; only
@@ -1020,15 +1023,27 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // (torch_npu/csrc/aten/VariableFallbackKernel.cpp, v2.1.0-6.0.rc2) or, from 7.0.0
 // (v2.1.0-7.0.0, commit 76913c98310bdf27c1284a67c13f3d92840d8df2), a fallback that warns and
 // redispatches: either way autograd is not excluded while the kernel runs, so the ops it calls
-// record the gradient. A pass-through kernel would run the decomposition on CPU views, where
-// nothing records it: the gradient would be lost. Without a PrivateUse1 kernel the dispatcher runs
-// the decomposition itself, under autograd, each op of it native or falling back by the table, as
-// on the device. matmul is one: torch_npu's backward of it is its native matmul_backward, listed
-// by every table that lists matmul; the decomposition's backward gives the same gradients.
+// record the gradient, each of them native or falling back by the table. A pass-through kernel
+// would run the decomposition on CPU views, where nothing records it: the gradient was lost.
+//
+// Here each such op gets the kernel below and, under AutogradPrivateUse1, a fallthrough of its own
+// (the era before 7.0.0, without its warning; torch 2.13 has a warning fallback for every op, which
+// would also take the place of PyTorch's autograd kernel of matmul). Under Conjugate and Negative it
+// gets fallthroughs too: on the CPU the decomposition runs above those keys, so its ops see lazily
+// conjugated views and resolve them themselves (a complex mm folds the conjugation into the matrix
+// product); resolving them before the decomposition rounds differently. matmul's backward on the device
+// is VariableType's, through torch_npu's native matmul_backward (listed by every table that lists
+// matmul), which has no CPU kernel; the decomposition's backward gives the same gradients.
 // An op with a CPU kernel as well (silu_backward) keeps its pass-through kernel.
 bool runs_decomposition(const c10::OperatorHandle& op) {
   return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
          !op.hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
+// The decomposition on the npu tensors: with no CPU kernel, the CPU entry of such an op's dispatch
+// table is its CompositeImplicitAutograd kernel, whose ops dispatch afresh (npu, autograd on).
+void decomposition_on_npu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 }
 
 // The `_foreach_*` ops a table does not list: torch_npu registers, under PrivateUse1, the CPU kernel
@@ -1059,6 +1074,11 @@ std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool 
   std::vector<std::string> unknown;
   s.kernels = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                                c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  s.autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
+  for (auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
+    s.math_bits.emplace_back(key, std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__));
+  }
   for (const auto& name : ops) {
     if (kInfrastructure.count(name)) {
       continue;
@@ -1071,6 +1091,13 @@ std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool 
       continue;
     }
     if (runs_decomposition(*op)) {
+      s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&decomposition_on_npu>());
+      s.autograd->impl(name.c_str(), torch::CppFunction::makeFallthrough());
+      for (auto& [key, library] : s.math_bits) {
+        if (!op->hasKernelForDispatchKey(key)) {
+          library->impl(name.c_str(), torch::CppFunction::makeFallthrough());
+        }
+      }
       continue;
     }
     s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&passthrough>());
