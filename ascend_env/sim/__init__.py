@@ -27,6 +27,7 @@ import inspect
 import os
 import sys
 import types
+import warnings
 from typing import Dict, FrozenSet, List, Optional, cast
 
 from ascend_env.exceptions import EnvironmentProblem, UsageError
@@ -89,6 +90,7 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
         _generate_methods(torch)
     unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
+    _check_autograd_engine(torch)
 
 
 def torch_npu_path() -> str:
@@ -142,6 +144,25 @@ def _generate_methods(torch: types.ModuleType) -> None:
     if "for_packed_sequence" in inspect.signature(generate).parameters:
         options["for_packed_sequence"] = True
     generate(**options)
+
+
+def _check_autograd_engine(torch: types.ModuleType) -> None:
+    """Warn where npu gradients cannot be computed: PyTorch's autograd engine sizes its per-device
+    queues once, at the first backward of the process, so a backward run before the npu device
+    was registered leaves none for it (backward on npu then fails an internal assert)."""
+    leaf = torch.empty(1, device=DEVICE).requires_grad_()
+    try:  # view and its backward are infrastructure kernels: nothing reaches the fallback
+        torch.autograd.grad(leaf.view(1), leaf, torch.empty(1, device=DEVICE))
+    except RuntimeError as exc:
+        if "device_ready_queues_" not in str(exc):
+            raise
+        warnings.warn(
+            "this process ran autograd before the simulated NPU was enabled, and PyTorch's autograd "
+            "engine cannot add a device afterwards: backward on npu tensors will fail in this process; "
+            "enable the simulator before the first backward (ascend_env.sim.enable() right after "
+            "'import torch'), or run the script under 'python -m ascend_env audit'",
+            RuntimeWarning, stacklevel=4,
+        )
 
 
 def _import_torch() -> types.ModuleType:

@@ -6,7 +6,10 @@
 // Dispatch, as torch_npu does it:
 //   * the infrastructure kernels below (empty, copy, resize, views) are always registered;
 //   * enable_table() registers a pass-through kernel for each op of one torch_npu release's
-//     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently;
+//     `supported:` lists: it runs the op's CPU kernel on CPU views of the same memory, silently
+//     (an op PyTorch builds out of other ops runs that decomposition on npu: runs_decomposition);
+//   * autograd is PyTorch's: the derivative formulas of the ops that run, whether native or not;
+//   * a `_foreach_*` op the table does not list runs PyTorch's per-tensor loop (foreach_slow);
 //   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
 //     count it, warn once per op per process on fd 2, and run it on the CPU (at::native::cpu_fallback).
 //
@@ -36,6 +39,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
+#include <torch/version.h>
 #if __has_include(<ATen/core/GeneratorForPrivateuseone.h>)
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #define ASCEND_SIM_GENERATOR_REGISTER 1
@@ -231,9 +235,18 @@ struct GeneratorSwaps {
   }
 };
 
+// The conjugate and negative bits of a lazily conjugated or negated view (`x.conj()`, `_neg_view`)
+// carried from one tensor to another over the same bytes: a kernel that reads the view must see
+// the bits, or it computes with the unconjugated values (`x.conj().clone()` returning `x`).
+void copy_math_bits(const at::Tensor& from, const at::Tensor& to) {
+  to.unsafeGetTensorImpl()->_set_conj(from.is_conj());
+  to.unsafeGetTensorImpl()->_set_neg(from.is_neg());
+}
+
 // A CPU tensor over the memory of an npu tensor: its own CPU StorageImpl around the same bytes
-// (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too. The
-// caller keeps the npu tensor alive while the view is in use.
+// (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too; with the
+// npu tensor's conjugate and negative bits, which the CPU kernels resolve as they do for CPU
+// tensors. The caller keeps the npu tensor alive while the view is in use.
 at::Tensor cpu_view(const at::Tensor& npu) {
   const c10::Storage& source = npu.storage();
   c10::Storage storage(c10::Storage::use_byte_size_t(), source.nbytes(),
@@ -242,14 +255,16 @@ at::Tensor cpu_view(const at::Tensor& npu) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                        npu.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(npu.sizes(), npu.strides(), npu.storage_offset());
+  copy_math_bits(npu, view);
   return view;
 }
 
-// An npu tensor over `storage` with the geometry of `like`.
+// An npu tensor over `storage` with the geometry (and conjugate and negative bits) of `like`.
 at::Tensor npu_over(const c10::Storage& storage, const at::Tensor& like) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  copy_math_bits(like, tensor);
   return tensor;
 }
 
@@ -452,6 +467,9 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
 struct State {
   std::mutex mutex;
   std::unique_ptr<torch::Library> kernels;   // pass-through kernels of the enabled table
+  std::unique_ptr<torch::Library> autograd;  // autograd fallthroughs of its composite ops
+  // Their conjugate and negative fallthroughs: the decomposition gets the views as the CPU's does.
+  std::vector<std::pair<c10::DispatchKey, std::unique_ptr<torch::Library>>> math_bits;
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
   std::vector<std::unique_ptr<torch::Library>> fallthroughs;  // autograd and autocast, where torch has none
   std::unique_ptr<torch::Library> pinned_select;  // is_pinned / _pin_memory default to npu
@@ -461,11 +479,11 @@ struct State {
 };
 
 // torch 2.1 to 2.3 register no autograd fallback for AutogradPrivateUse1 (they leave it to the
-// extension; 2.13 has one), so an op with a PrivateUse1 kernel and no autograd kernel of its own (to.dtype_layout,
-// say) cannot run; and no AutocastPrivateUse1 fallback in any version, so no op runs inside
+// extension; 2.13 has one), so an op with a PrivateUse1 kernel and no autograd kernel of its own
+// cannot run; and no AutocastPrivateUse1 fallback in any version, so no op runs inside
 // `torch.autocast("npu")`. torch_npu registers fallthroughs for both (Ascend/pytorch
-// torch_npu/csrc/aten/VariableFallbackKernel.cpp, commit 5af0eb0a1728438c6094508c634e9cb1018ad6ca;
-// its autocast kernels, which cast to float16 per op, are not simulated: ops keep their dtypes).
+// torch_npu/csrc/aten/VariableFallbackKernel.cpp, commit 5af0eb0a1728438c6094508c634e9cb1018ad6ca,
+// and AutoCastOps.cpp); its autocast kernels are below (autocast policy).
 std::vector<std::unique_ptr<torch::Library>> missing_fallthroughs() {
   std::vector<std::unique_ptr<torch::Library>> libraries;
   for (auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::AutocastPrivateUse1}) {
@@ -476,6 +494,164 @@ std::vector<std::unique_ptr<torch::Library>> missing_fallthroughs() {
     }
   }
   return libraries;
+}
+
+// ---------------------------------------------------------------- autocast policy
+//
+// Inside `torch.autocast("npu", dtype)` the ops below cast their floating-point npu arguments as
+// torch_npu's AutocastPrivateUse1 kernels do (torch_npu/csrc/aten/AutoCastOps.cpp, the same list
+// on Ascend/pytorch branch v2.1.0-6.0.rc2, commit 5c2df843879f67947f7bc24e2f8cfca73be3ef3d, and
+// master, commit 9e73e708ab9350d203475609f36f8a43f6a0c2ab), with PyTorch's own casting wrappers:
+// matrix products and convolutions to the autocast dtype, reductions, losses and norms to float32,
+// binary_cross_entropy refused. Every other op runs in the dtypes it is given (the fallthrough).
+
+#ifdef KERNEL_PRIVATEUSEONE2  // torch 2.1 to 2.3: a macro for ops with an overload name
+#define SIM_AUTOCAST_OVERLOAD(OP, OVERLOAD, POLICY) KERNEL_PRIVATEUSEONE2(OP, OVERLOAD, POLICY)
+#else
+#define SIM_AUTOCAST_OVERLOAD(OP, OVERLOAD, POLICY) KERNEL_PRIVATEUSEONE(OP, OVERLOAD, POLICY)
+#endif
+
+at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+                                       int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+              "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+              "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+              "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+              "safe to autocast.");
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  // lower_precision_fp
+  SIM_AUTOCAST_OVERLOAD(_convolution, deprecated, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_tbc, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose1d, lower_precision_fp)
+  SIM_AUTOCAST_OVERLOAD(conv_transpose2d, input, lower_precision_fp)
+  SIM_AUTOCAST_OVERLOAD(conv_transpose3d, input, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(cudnn_convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(cudnn_convolution_transpose, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(prelu, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmv, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addr, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(einsum, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mv, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(chain_matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linalg_multi_dot, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_thnn_fused_lstm_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_thnn_fused_gru_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(lstm_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(gru_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(rnn_tanh_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(rnn_relu_cell, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_scaled_dot_product_flash_attention, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(scaled_dot_product_attention, lower_precision_fp)
+  // fp32
+  KERNEL_PRIVATEUSEONE(acos, fp32)
+  KERNEL_PRIVATEUSEONE(asin, fp32)
+  KERNEL_PRIVATEUSEONE(cosh, fp32)
+  KERNEL_PRIVATEUSEONE(erfinv, fp32)
+  KERNEL_PRIVATEUSEONE(exp, fp32)
+  KERNEL_PRIVATEUSEONE(expm1, fp32)
+  KERNEL_PRIVATEUSEONE(log, fp32)
+  KERNEL_PRIVATEUSEONE(log10, fp32)
+  KERNEL_PRIVATEUSEONE(log2, fp32)
+  KERNEL_PRIVATEUSEONE(log1p, fp32)
+  KERNEL_PRIVATEUSEONE(reciprocal, fp32)
+  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
+  KERNEL_PRIVATEUSEONE(sinh, fp32)
+  KERNEL_PRIVATEUSEONE(tan, fp32)
+  SIM_AUTOCAST_OVERLOAD(pow, Tensor_Scalar, fp32)
+  SIM_AUTOCAST_OVERLOAD(pow, Tensor_Tensor, fp32)
+  SIM_AUTOCAST_OVERLOAD(pow, Scalar, fp32)
+  KERNEL_PRIVATEUSEONE(softplus, fp32)
+  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
+  KERNEL_PRIVATEUSEONE(native_layer_norm, fp32)
+  KERNEL_PRIVATEUSEONE(group_norm, fp32)
+  SIM_AUTOCAST_OVERLOAD(frobenius_norm, dim, fp32)
+  KERNEL_PRIVATEUSEONE(nuclear_norm, fp32)
+  SIM_AUTOCAST_OVERLOAD(nuclear_norm, dim, fp32)
+  KERNEL_PRIVATEUSEONE(cosine_similarity, fp32)
+  KERNEL_PRIVATEUSEONE(poisson_nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(cosine_embedding_loss, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss2d, fp32)
+  KERNEL_PRIVATEUSEONE(hinge_embedding_loss, fp32)
+  KERNEL_PRIVATEUSEONE(kl_div, fp32)
+  KERNEL_PRIVATEUSEONE(l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(smooth_l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(huber_loss, fp32)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+  KERNEL_PRIVATEUSEONE(margin_ranking_loss, fp32)
+  KERNEL_PRIVATEUSEONE(multilabel_margin_loss, fp32)
+  KERNEL_PRIVATEUSEONE(soft_margin_loss, fp32)
+  KERNEL_PRIVATEUSEONE(triplet_margin_loss, fp32)
+  KERNEL_PRIVATEUSEONE(multi_margin_loss, fp32)
+  KERNEL_PRIVATEUSEONE(binary_cross_entropy_with_logits, fp32)
+  KERNEL_PRIVATEUSEONE(dist, fp32)
+  KERNEL_PRIVATEUSEONE(pdist, fp32)
+  KERNEL_PRIVATEUSEONE(cdist, fp32)
+  KERNEL_PRIVATEUSEONE(renorm, fp32)
+  KERNEL_PRIVATEUSEONE(logsumexp, fp32)
+  // fp32_set_opt_dtype
+  KERNEL_PRIVATEUSEONE(prod, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(prod, dim_int, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(softmax, int, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(log_softmax, int, fp32_set_opt_dtype)
+  KERNEL_PRIVATEUSEONE(cumprod, fp32_set_opt_dtype)
+  KERNEL_PRIVATEUSEONE(cumsum, fp32_set_opt_dtype)
+  KERNEL_PRIVATEUSEONE(linalg_vector_norm, fp32_set_opt_dtype)
+  KERNEL_PRIVATEUSEONE(linalg_matrix_norm, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(linalg_matrix_norm, str_ord, fp32_set_opt_dtype)
+  KERNEL_PRIVATEUSEONE(sum, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(sum, dim_IntList, fp32_set_opt_dtype)
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13  // named-tensor overloads, gone from torch 2.13
+  SIM_AUTOCAST_OVERLOAD(prod, dim_Dimname, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(softmax, Dimname, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(log_softmax, Dimname, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(cumprod, dimname, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(cumsum, dimname, fp32_set_opt_dtype)
+  SIM_AUTOCAST_OVERLOAD(sum, dim_DimnameList, fp32_set_opt_dtype)
+#endif
+  // fp32_append_dtype
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(
+      ADD_NS(norm), "norm.Scalar", at::Tensor(const at::Tensor&, const c10::Scalar&),
+      at::Tensor(const at::Tensor&, const c10::optional<c10::Scalar>&, at::ScalarType), fp32_append_dtype)
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(
+      ADD_NS(norm), "norm.ScalarOpt_dim",
+      at::Tensor(const at::Tensor&, const c10::optional<c10::Scalar>&, at::IntArrayRef, bool),
+      at::Tensor(const at::Tensor&, const c10::optional<c10::Scalar>&, at::IntArrayRef, bool, at::ScalarType),
+      fp32_append_dtype)
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(
+      ADD_NS(norm), "norm.names_ScalarOpt_dim",
+      at::Tensor(const at::Tensor&, const c10::optional<c10::Scalar>&, at::DimnameList, bool),
+      at::Tensor(const at::Tensor&, const c10::optional<c10::Scalar>&, at::DimnameList, bool, at::ScalarType),
+      fp32_append_dtype)
+#endif
+  // promote
+  KERNEL_PRIVATEUSEONE(addcdiv, promote)
+  KERNEL_PRIVATEUSEONE(addcmul, promote)
+  KERNEL_PRIVATEUSEONE(atan2, promote)
+  KERNEL_PRIVATEUSEONE(bilinear, promote)
+  KERNEL_PRIVATEUSEONE(cross, promote)
+  KERNEL_PRIVATEUSEONE(dot, promote)
+  KERNEL_PRIVATEUSEONE(grid_sampler, promote)
+  KERNEL_PRIVATEUSEONE(index_put, promote)
+  KERNEL_PRIVATEUSEONE(tensordot, promote)
+  KERNEL_PRIVATEUSEONE(scatter_add, promote)
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN((&binary_cross_entropy_banned)));
 }
 
 // A warning handler that drops warnings: torch_npu silences the dispatcher's "Overriding a
@@ -599,6 +775,106 @@ at::Tensor to_npu_result(const at::Tensor& r, const Converted& conv, bool on_hos
   return npu_over(it->second, r);
 }
 
+// ---------------------------------------------------------------- float16 where the CPU has no kernel
+//
+// NPU kernels compute float16; the CPU kernels of torch 2.1 to 2.3 refuse it in many ops (mm, addmm,
+// bmm, softmax and layer_norm on 2.1, layer_norm on 2.2, log_softmax on 2.3), so a float16 model or
+// `torch.autocast("npu")` (float16 by default) would stop where the device runs. A native op whose
+// CPU kernel refuses float16 runs again with its float16 tensors in float32, and its float32 results
+// and written arguments are rounded back to float16 (an NPU matrix kernel also accumulates in float32).
+// Ops that fall back get no such help: torch_npu's fallback runs the CPU kernel, which refuses.
+
+bool refuses_half(const c10::Error& error) {
+  return std::string(error.what_without_backtrace()).find("not implemented for 'Half'") != std::string::npos;
+}
+
+c10::IValue upcast(const c10::IValue& value, std::vector<std::pair<at::Tensor, at::Tensor>>& upcasts) {
+  auto up = [&upcasts](const at::Tensor& t) {
+    if (!t.defined() || t.scalar_type() != at::kHalf) {
+      return t;
+    }
+    for (const auto& [half, single] : upcasts) {
+      if (half.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+        return single;
+      }
+    }
+    at::Tensor single = t.to(at::kFloat);
+    upcasts.emplace_back(t, single);
+    return single;
+  };
+  if (value.isTensor()) {
+    return up(value.toTensor());
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : value.toTensorList().vec()) {
+      list.push_back(up(t));
+    }
+    return list;
+  }
+  if (value.isOptionalTensorList()) {
+    c10::List<c10::optional<at::Tensor>> list;
+    for (const c10::optional<at::Tensor>& t : value.toOptionalTensorList().vec()) {
+      list.push_back(t.has_value() ? c10::optional<at::Tensor>(up(*t)) : c10::nullopt);
+    }
+    return list;
+  }
+  return value;
+}
+
+// The CPU kernel on `args` (the converted arguments, at stack position `first`), float16 in float32.
+void redispatch_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first,
+                           const std::vector<c10::IValue>& args) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> upcasts;  // (float16 tensor, its float32 copy)
+  stack->resize(first);
+  for (const auto& value : args) {
+    stack->push_back(upcast(value, upcasts));
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  const auto& arguments = op.schema().arguments();
+  std::set<c10::TensorImpl*> written;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      for (const auto& [half, single] : upcasts) {
+        const bool is_arg = args[i].isTensor() && args[i].toTensor().unsafeGetTensorImpl() == half.unsafeGetTensorImpl();
+        if (is_arg || args[i].isTensorList()) {
+          written.insert(half.unsafeGetTensorImpl());
+        }
+      }
+    }
+  }
+  for (auto& [half, single] : upcasts) {
+    if (written.count(half.unsafeGetTensorImpl())) {
+      if (half.sizes() != single.sizes()) {
+        half.resize_(single.sizes());
+      }
+      half.copy_(single);
+    }
+  }
+  auto back = [&upcasts](const at::Tensor& r) {
+    for (const auto& [half, single] : upcasts) {
+      if (single.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) {
+        return half;
+      }
+    }
+    return r.defined() && r.scalar_type() == at::kFloat ? r.to(at::kHalf) : r;
+  };
+  const size_t num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = back(value.toTensor());
+    } else if (value.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : value.toTensorList().vec()) {
+        list.push_back(back(t));
+      }
+      value = list;
+    }
+  }
+}
+
 void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
@@ -637,7 +913,15 @@ void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   GeneratorSwaps generators;
   generators.swap_in(schema, stack, first);
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  const std::vector<c10::IValue> args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  } catch (const c10::Error& error) {
+    if (!refuses_half(error)) {
+      throw;
+    }
+    redispatch_in_float32(op, stack, first, args);
+  }
   generators.swap_out();
 
   sync_mutated(conv);
@@ -724,6 +1008,63 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   generators.swap_out();
 }
 
+// ---------------------------------------------------------------- the op table
+
+// Whether a native op of the table is one PyTorch builds out of other ops (a CompositeImplicitAutograd
+// kernel) with no CPU kernel of its own, such as softmax.int, matmul, dropout or to.dtype. Its npu
+// kernel runs that decomposition on the npu tensors (decomposition_on_npu), under autograd.
+//
+// torch_npu registers such an op under PrivateUse1 like any other (codegen/gen_backend_stubs.py,
+// Ascend/pytorch branch v2.1.0-6.0.rc2, commit 5c2df843879f67947f7bc24e2f8cfca73be3ef3d; only
+// to.device and to.dtype also get an AutogradPrivateUse1 kernel there), and its kernel calls the
+// ops of the decomposition through the dispatcher: op-plugin's softmax.int returns at::_softmax
+// (op_plugin/ops/base_ops/aclops/SoftmaxKernelNpu.cpp, Ascend/op-plugin branch 6.0.rc2, commit
+// b761d5824d7bc3f48033fe7120552cc2cfbce56d). Under AutogradPrivateUse1 torch_npu has a fallthrough
+// (torch_npu/csrc/aten/VariableFallbackKernel.cpp, v2.1.0-6.0.rc2) or, from 7.0.0
+// (v2.1.0-7.0.0, commit 76913c98310bdf27c1284a67c13f3d92840d8df2), a fallback that warns and
+// redispatches: either way autograd is not excluded while the kernel runs, so the ops it calls
+// record the gradient, each of them native or falling back by the table. A pass-through kernel
+// would run the decomposition on CPU views, where nothing records it: the gradient was lost.
+//
+// Here each such op gets the kernel below and, under AutogradPrivateUse1, a fallthrough of its own
+// (the era before 7.0.0, without its warning; torch 2.13 has a warning fallback for every op, which
+// would also take the place of PyTorch's autograd kernel of matmul). Under Conjugate and Negative it
+// gets fallthroughs too: on the CPU the decomposition runs above those keys, so its ops see lazily
+// conjugated views and resolve them themselves (a complex mm folds the conjugation into the matrix
+// product); resolving them before the decomposition rounds differently. matmul's backward on the device
+// is VariableType's, through torch_npu's native matmul_backward (listed by every table that lists
+// matmul), which has no CPU kernel; the decomposition's backward gives the same gradients.
+// An op with a CPU kernel as well (silu_backward) keeps its pass-through kernel.
+bool runs_decomposition(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
+// The decomposition on the npu tensors: with no CPU kernel, the CPU entry of such an op's dispatch
+// table is its CompositeImplicitAutograd kernel, whose ops dispatch afresh (npu, autograd on).
+void decomposition_on_npu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
+// The `_foreach_*` ops a table does not list: torch_npu registers, under PrivateUse1, the CPU kernel
+// of each foreach op that has one (codegen/gen_backend_stubs.py, gen_foreach_register, and
+// codegen/templates/ForeachRegister.cpp, Ascend/pytorch branch v2.1.0-6.0.rc2, commit
+// 5c2df843879f67947f7bc24e2f8cfca73be3ef3d): PyTorch's slow kernels, which loop over the tensors
+// calling the per-tensor ops, each native or falling back by the table. So an optimizer's foreach
+// step (AdamW's _foreach_lerp_, clip_grad_norm_'s _foreach_norm) never falls back as a whole. Here
+// the same: the CPU kernel runs on the npu tensors themselves.
+void foreach_slow(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
+bool is_cpu_foreach(const c10::OperatorName& name) {
+  if (name.name.rfind("aten::_foreach_", 0) != 0) {
+    return false;
+  }
+  auto op = c10::Dispatcher::singleton().findSchema(name);
+  return op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
 // ---------------------------------------------------------------- the interface to Python
 
 std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool fallback_disable) {
@@ -733,17 +1074,40 @@ std::vector<std::string> enable_table(const std::vector<std::string>& ops, bool 
   std::vector<std::string> unknown;
   s.kernels = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                                c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  s.autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                c10::DispatchKey::AutogradPrivateUse1, __FILE__, __LINE__);
+  for (auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
+    s.math_bits.emplace_back(key, std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__));
+  }
   for (const auto& name : ops) {
     if (kInfrastructure.count(name)) {
       continue;
     }
     const auto dot = name.find('.');
     c10::OperatorName opname("aten::" + name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
-    if (!c10::Dispatcher::singleton().findSchema(opname).has_value()) {
+    auto op = c10::Dispatcher::singleton().findSchema(opname);
+    if (!op.has_value()) {
       unknown.push_back(name);
       continue;
     }
+    if (runs_decomposition(*op)) {
+      s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&decomposition_on_npu>());
+      s.autograd->impl(name.c_str(), torch::CppFunction::makeFallthrough());
+      for (auto& [key, library] : s.math_bits) {
+        if (!op->hasKernelForDispatchKey(key)) {
+          library->impl(name.c_str(), torch::CppFunction::makeFallthrough());
+        }
+      }
+      continue;
+    }
     s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&passthrough>());
+  }
+  const std::set<std::string> listed(ops.begin(), ops.end());
+  for (const auto& opname : c10::Dispatcher::singleton().getAllOpNames()) {
+    const std::string name = opname.name.substr(6) + (opname.overload_name.empty() ? "" : "." + opname.overload_name);
+    if (is_cpu_foreach(opname) && !listed.count(name)) {
+      s.kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_slow>());
+    }
   }
   s.fallback = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
                                                 __FILE__, __LINE__);
