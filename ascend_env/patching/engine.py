@@ -4,7 +4,7 @@ Planning only reads: it finds the installed transformers, looks its version up i
 manifest, classifies each target file by hash as ``clean``, ``applied`` or ``conflict``
 (the reverse patch only as a fallback), and computes every new byte string in memory.
 Only then, under the lock and after finishing any interrupted run, does
-:func:`ascend_env.patching.store.commit` write anything.
+:func:`ascend_env.patching.journal.transaction` write anything.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, EnvironmentProblem, PatchError, UsageError, reinstall
 from ascend_env.patching import bytecode
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, apply_patch, parse_patch, safe_relative_path
+from ascend_env.patching.journal import Change, Journal, needs_recovery, read_journal, transaction
 from ascend_env.patching.manifest import (
     Manifest,
     NothingToDo,
@@ -37,24 +38,8 @@ from ascend_env.patching.records import (
     rewrite_record,
     sha256_hex,
 )
-from ascend_env.patching.store import (
-    Change,
-    Entry,
-    Journal,
-    State,
-    commit,
-    drift,
-    drop_bytecode,
-    file_sha256,
-    holds_ours,
-    locked_and_recovered,
-    needs_recovery,
-    read_blob,
-    read_file,
-    read_journal,
-    read_state,
-    remove_directory,
-)
+from ascend_env.patching.state import Entry, State, drift, read_state
+from ascend_env.patching.store import file_sha256, holds_ours, read_blob, read_file
 from ascend_env.states import InstallWord, install_word
 
 __all__ = [
@@ -725,14 +710,13 @@ def _install(site_packages: Path, replan: Callable[[], Plan[InstallReport]], dry
     if plan.state is None and not needs_recovery(site_packages):
         plan.report.bytecode_dropped = _drop_stale_bytecode(site_packages)
         return plan.report
-    read_journal(site_packages)  # a damaged journal is refused before the lock file is made
-    with locked_and_recovered(site_packages) as recovered:
+    with transaction(site_packages) as change:
         plan = replan()  # again: another run may have changed things
         if plan.state is not None:
-            commit(site_packages, Journal("install", tuple(plan.changes), plan.state), plan.blobs)
-        elif read_state(site_packages) is None:
-            remove_directory(site_packages)
-    plan.report.recovered = _recovered(recovered)
+            change.commit(Journal("install", tuple(plan.changes), plan.state), plan.blobs)
+        else:
+            change.rollback()
+    plan.report.recovered = _recovered(change.recovered)
     return plan.report
 
 
@@ -745,7 +729,7 @@ def _drop_stale_bytecode(site_packages: Path) -> List[str]:
         path = site_packages / entry.path
         data = read_file(path)
         if data is not None and sha256_hex(data) == entry.after and bytecode.unchecked_stale(path, data):
-            drop_bytecode(path)
+            bytecode.drop(path)
             dropped.append(entry.path)
     return dropped
 
@@ -926,14 +910,13 @@ def restore(site_packages: Path, *, dry_run: bool = False) -> RestoreReport:
         return plan.report
     if plan.report.result == "nothing to restore" and not holds_ours(site_packages):
         return plan.report
-    read_journal(site_packages)  # a damaged journal is refused before the lock file is made
-    with locked_and_recovered(site_packages) as recovered:
+    with transaction(site_packages) as change:
         plan = plan_restore(site_packages)
-        if read_state(site_packages) is not None:
-            commit(site_packages, Journal("restore", tuple(plan.changes), None), plan.blobs)
+        if plan.report.result == "nothing to restore":  # no state recorded
+            change.rollback()
         else:
-            remove_directory(site_packages)
-    plan.report.recovered = _recovered(recovered)
+            change.commit(Journal("restore", tuple(plan.changes), None), plan.blobs)
+    plan.report.recovered = _recovered(change.recovered)
     return plan.report
 
 

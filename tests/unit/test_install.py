@@ -28,7 +28,8 @@ from fake_site import (
 from ascend_env.exceptions import EnvironmentProblem, HunkMismatch, PatchError
 from ascend_env.patching import engine
 from ascend_env.patching.records import find_distribution
-from ascend_env.patching.store import drift, read_state, state_dir
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import state_dir
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fake_site import STOP_PATH, STOPPING_PATCHED, make_patches, make_site, run_cli, snapshot
 
-from ascend_env.patching.store import CRASH_ENV, drift, read_state, state_dir
+from ascend_env.patching.faults import CRASH_ENV
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import state_dir
 
 # change-0/1/2: the two patched files and RECORD, in the journal's order.
 INSTALL_POINTS = [
