@@ -151,7 +151,7 @@ def test_patched_file_without_state_counts_as_applied(site, patches):
 
 def test_reverse_probe_recognises_patched_text_in_a_changed_file(site, patches):
     (site / STOP_PATH).write_text("# a local comment\n" + STOPPING_PATCHED)
-    files = engine.inspect(site, None, patches).files
+    files = engine.inspect_site(site, None, patches).files
     stop = next(f for f in files if f.path == STOP_PATH)
     assert stop.status == "applied" and "differs from the wheel" in stop.detail
 
