@@ -2,9 +2,10 @@
 
 The state lists each file with its sha256 before and after, the tool version and the time.
 :func:`read_state` parses it (the only place that does), :func:`drift` compares it with the
-files. The startup hook calls :func:`drift` and :func:`has_state`, so this module imports only
-the standard library and ascend_env's exceptions, jsontext and the patching modules ``store``,
-``bytecode`` and ``problems`` (``diffs`` once a state is checked), none of which imports more.
+files. The startup hook calls :func:`drift` and :func:`has_state`, so this module imports, with
+all it imports, only the standard library and ascend_env's ``exceptions``, ``utils.atomic``,
+``utils.jsontext`` and the patching modules ``store``, ``bytecode``, ``problems``, ``faults`` and
+``owners`` (``diffs`` once a state is read); ``tests/unit/patching/test_state.py`` holds it to that.
 """
 
 from __future__ import annotations
