@@ -342,9 +342,9 @@ def startup_hook_files(site_packages: Path, compile_guard: bool = True) -> Dict[
     ascend-env itself is installed in ``site_packages``, its RECORD gains rows for them, so that
     ``pip uninstall ascend-env`` removes them too.
     """
-    from ascend_env.hook import files as hook
+    from ascend_env.hook import files
 
-    hook_files = {**hook.files(compile_guard), **hook.bytecode(compile_guard)}
+    hook_files = {**files.files(compile_guard), **files.bytecode(compile_guard)}
     own = find_distribution(site_packages, "ascend-env")
     if own is None:
         return hook_files

@@ -156,13 +156,19 @@ def test_install_and_restore_racing_leave_one_consistent_tree(tmp_path, referenc
     assert (read_state(site) is not None) == (tree == applied)
 
 
-def test_the_journal_records_its_schema_and_reads_back(tmp_path):
+def interrupted(tmp_path: Path) -> tuple:
+    """A site whose install was killed once its journal was written: (site, patches, the journal)."""
     site, patches = make_site(tmp_path), make_patches(tmp_path)
     assert cli(site, patches, "install", crash="journal").returncode == 137
-    text = (state_dir(site) / "journal.json").read_text(encoding="utf-8")
+    return site, patches, state_dir(site) / "journal.json"
+
+
+def test_the_journal_records_its_schema_and_reads_back(tmp_path):
+    _, _, path = interrupted(tmp_path)
+    text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     assert data["schema"] == SCHEMA == 1
-    journal = Journal.from_json(data, str(state_dir(site) / "journal.json"))
+    journal = Journal.from_json(data, str(path))
     assert journal.action == "install" and journal.to_json().decode("utf-8") == text
 
 
@@ -170,9 +176,7 @@ def test_the_journal_records_its_schema_and_reads_back(tmp_path):
 @pytest.mark.parametrize("command", ["install", "restore", "status"])
 def test_a_journal_of_another_schema_is_refused_and_nothing_changes(tmp_path, schema, command):
     """A journal another ascend-env wrote (a newer schema, or none) is not finished by guesswork."""
-    site, patches = make_site(tmp_path), make_patches(tmp_path)
-    assert cli(site, patches, "install", crash="journal").returncode == 137
-    path = state_dir(site) / "journal.json"
+    site, patches, path = interrupted(tmp_path)
     data = json.loads(path.read_text(encoding="utf-8"))
     if schema is None:
         del data["schema"]
