@@ -11,7 +11,7 @@ from typing import Any, List, Tuple
 
 from ascend_env import states
 from ascend_env.commands import add_patches_dir, add_target
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 from ascend_env.output import continued, verdict_line, write_json, write_text
 from ascend_env.patching import engine
 from ascend_env.utils import progress
@@ -65,19 +65,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
     report: dict[str, Any] = {
-        "installed": hook.installed(site_packages), "current": hook.is_current(site_packages),
-        "compile_guard": hook.compile_guard_setting(site_packages)}
+        "installed": files.installed(site_packages), "current": files.is_current(site_packages),
+        "compile_guard": files.compile_guard_setting(site_packages)}
     if not report["installed"]:
         return report, 0
     if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:
         report["probe"] = {"ran": None, "error": f"{site_packages} is not on this Python's path"}
         return report, 0
     if importlib.machinery.PathFinder.find_spec("torch_npu") is None:
-        report["probe"] = hook.probe(sys.executable)
+        report["probe"] = files.probe(sys.executable)
     else:  # the probe imports torch_npu (and torch), as a real program does: seconds
         with progress.step("checking the startup hook in a fresh Python process",
                            note="it imports torch_npu, as your programs do"):
-            report["probe"] = hook.probe(sys.executable)
+            report["probe"] = files.probe(sys.executable)
     failed = report["probe"].get("ran") is not True or report["probe"].get("errors")
     if report["probe"].get("disabled"):
         failed = False

@@ -62,7 +62,7 @@ def has_kernel(op: str) -> bool:
 
 def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
     """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file."""
-    from ascend_env.patching.store import has_state
+    from ascend_env.patching.state import has_state
 
     found = []
     for entry in sys.path if paths is None else paths:
@@ -74,7 +74,7 @@ def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
 def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:
     """Print one line to ``stream`` when installed patches no longer hold (once per process)."""
     from ascend_env.patching.records import find_distribution
-    from ascend_env.patching.store import drift
+    from ascend_env.patching.state import drift
 
     lines: List[str] = []
     removed = False  # transformers uninstalled since install: install cannot help, restore can

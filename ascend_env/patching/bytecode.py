@@ -7,7 +7,8 @@ prefix is set (``PYTHONPYCACHEPREFIX``, ``-X pycache_prefix=``, ``sys.pycache_pr
 process with the prefix set uses only the mirror, one without it only ``__pycache__``, and an
 image may set it for some processes and not others.
 
-Standard library only: the startup hook's drift check calls :func:`unchecked_stale`.
+The startup hook's drift check calls :func:`unchecked_stale`: this module imports only the
+standard library, ascend_env's atomic writer and the problem texts of ``patching/problems.py``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import glob
 import os
 import sys
 from pathlib import Path
-from typing import List, Mapping, Optional, Set
+from typing import FrozenSet, List, Mapping, Optional, Set
 
-__all__ = ["PREFIX_ENV", "cache_directories", "cached", "prefixes", "unchecked_stale"]
+from ascend_env.patching.problems import write_failed
+from ascend_env.utils import atomic
+
+__all__ = ["PREFIX_ENV", "cache_directories", "cached", "drop", "prefixes", "unchecked_stale"]
 
 PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 
@@ -107,3 +111,27 @@ def unchecked_stale(source: Path, text: bytes) -> List[Path]:
             if header[8:16] != expected:
                 stale.append(pyc)
     return stale
+
+
+def drop(path: Path, keep: FrozenSet[Path] = frozenset()) -> None:
+    """Remove the cached bytecode of ``path`` (a ``.py`` file), for every interpreter and
+    optimisation level, in ``__pycache__`` and under any bytecode prefix in force
+    (``PYTHONPYCACHEPREFIX``), before its source changes: a ``.pyc`` compiled with
+    ``--invalidation-mode unchecked-hash`` (common in images) is never checked against its
+    source, so the old code would go on running. Python writes a fresh one at the next import.
+    ``keep`` names bytecode that the same run writes."""
+    if path.suffix != ".py":
+        return
+    removed = set()
+    for pyc in cached(path):
+        if pyc in keep:
+            continue
+        try:
+            pyc.unlink()
+        except FileNotFoundError:  # another process removed it
+            continue
+        except OSError as exc:
+            raise write_failed(pyc.parent, exc) from None
+        removed.add(pyc.parent)
+    for directory in sorted(removed):
+        atomic.fsync_directory(directory)

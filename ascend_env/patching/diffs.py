@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEADER_KEYS",
+    "MAX_HUNKS",
     "MAX_OFFSET",
+    "MAX_PATCH_CHARS",
     "FilePatch",
     "Hunk",
     "HunkMismatch",
@@ -38,6 +40,7 @@ __all__ = [
     "apply_patch",
     "parse_patch",
     "safe_relative_path",
+    "split_lines",
     "valid_patch_id",
 ]
 

@@ -28,6 +28,9 @@ from ascend_env.patching.diffs import MAX_PATCH_CHARS, safe_relative_path, valid
 from ascend_env.utils import jsontext
 
 __all__ = [
+    "MANIFEST",
+    "MAX_MANIFEST_CHARS",
+    "SCHEMA",
     "FileChange",
     "Lookup",
     "Manifest",

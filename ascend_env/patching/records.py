@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Distribution",
     "RecordEntry",
+    "add_rows",
     "find_distribution",
     "is_record",
     "parse_record",
+    "record_digest",
     "record_hash",
     "remove_rows",
     "rewrite_record",

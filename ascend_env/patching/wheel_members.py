@@ -21,7 +21,7 @@ from typing import Collection, Dict, List, NoReturn
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.patching.records import RecordEntry, parse_record, record_digest
 
-__all__ = ["SIGNATURES", "MemberHash", "check_layout", "tampered"]
+__all__ = ["ALGORITHMS", "SIGNATURES", "MemberHash", "check_layout", "tampered"]
 
 #: The hash algorithms a RECORD may use (sha256 or stronger; md5 and sha1 are not allowed).
 ALGORITHMS = ("sha256", "sha384", "sha512")

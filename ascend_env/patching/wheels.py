@@ -41,7 +41,7 @@ from ascend_env.patching.records import RecordEntry, record_digest, record_hash,
 from ascend_env.patching.wheel_members import SIGNATURES, MemberHash, check_layout
 from ascend_env.utils import atomic
 
-__all__ = ["LOCAL_PREFIX", "PatchedWheel", "patch_wheel"]
+__all__ = ["LOCAL_PREFIX", "MEMBER_LIMIT", "TOTAL_LIMIT", "PatchedWheel", "patch_wheel"]
 
 LOCAL_PREFIX = "ascend"
 

@@ -33,7 +33,7 @@ def run_suite(test_file: str, env: dict) -> dict:
 
 def test_crash_and_concurrency_long():
     counts = run_suite(
-        "test_reliability_crash.py",
+        "patching/test_journal_crash.py",
         {"ASCEND_ENV_RELIABILITY_RUNS": str(KILLS * 3 // 2), "ASCEND_ENV_RELIABILITY_STRIDE": "1"},
     )
     assert counts["kills"] >= KILLS, counts

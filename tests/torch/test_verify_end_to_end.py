@@ -21,7 +21,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env.patching.store import read_state
+from ascend_env.patching.state import read_state
 from ascend_env.sim import optables
 
 ROOT = Path(__file__).resolve().parents[2]

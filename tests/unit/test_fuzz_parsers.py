@@ -27,7 +27,8 @@ from ascend_env.detect.cann import (
 from ascend_env.detect.driver import find_driver
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.patching.diffs import FilePatch, HunkMismatch, PatchError, apply_patch, parse_patch
-from ascend_env.patching.store import Journal, State
+from ascend_env.patching.journal import Journal
+from ascend_env.patching.state import State
 
 EXAMPLES = int(os.environ.get("ASCEND_ENV_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(

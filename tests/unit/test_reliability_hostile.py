@@ -20,7 +20,7 @@ from reliability_support import summary
 from ascend_env.cli import main
 from ascend_env.detect.cann import find_toolkit
 from ascend_env.detect.driver import find_driver
-from ascend_env.patching import store as journal
+from ascend_env.patching import journal
 from ascend_env.patching.store import state_dir
 
 
@@ -270,7 +270,7 @@ def test_read_only_mount_on_the_write_path_says_so(capsys, counts, monkeypatch, 
 
 def fail_state_directory(monkeypatch, site: Path, step: str, error: int) -> None:
     """Make creating ``.ascend-env`` (``step`` "mkdir") or its lock file ("lock") fail with ``error``."""
-    from ascend_env.patching import store as locking
+    from ascend_env.patching import locking
 
     directory = state_dir(site)
     if step == "mkdir":

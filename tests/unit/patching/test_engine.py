@@ -28,7 +28,8 @@ from fake_site import (
 from ascend_env.exceptions import EnvironmentProblem, HunkMismatch, PatchError
 from ascend_env.patching import engine
 from ascend_env.patching.records import find_distribution
-from ascend_env.patching.store import drift, read_state, state_dir
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import state_dir
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def test_patched_file_without_state_counts_as_applied(site, patches):
 
 def test_reverse_probe_recognises_patched_text_in_a_changed_file(site, patches):
     (site / STOP_PATH).write_text("# a local comment\n" + STOPPING_PATCHED)
-    files = engine.inspect(site, None, patches).files
+    files = engine.inspect_site(site, None, patches).files
     stop = next(f for f in files if f.path == STOP_PATH)
     assert stop.status == "applied" and "differs from the wheel" in stop.detail
 

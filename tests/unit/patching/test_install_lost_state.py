@@ -33,9 +33,10 @@ from fake_site import (
 
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.hook import files as hook
-from ascend_env.patching import engine, store
+from ascend_env.patching import engine, faults, store
 from ascend_env.patching.records import find_distribution
-from ascend_env.patching.store import drift, read_state, state_dir
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import state_dir
 
 OWN = "ascend_env-0.1.0.dist-info/RECORD"
 
@@ -358,7 +359,7 @@ def test_an_adoption_killed_at_any_write_is_finished_by_the_next_run(site, patch
     lose_state(site)
     lost = snapshot(site)
     argv = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
-    killed = run_cli(*argv, env={store.CRASH_ENV: point})
+    killed = run_cli(*argv, env={faults.CRASH_ENV: point})
     assert killed.returncode == 137, killed.stderr
     assert snapshot(site, include_state=False) == lost  # an adoption writes no file outside the state
     if then == "install":

@@ -18,7 +18,8 @@ import pytest
 from reliability_support import Tree, crash_points, in_flight, kill_after, run_cli, run_forked, summary
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.patching.store import locked, state_dir
+from ascend_env.patching.locking import locked
+from ascend_env.patching.store import state_dir
 
 RANDOM_KILLS = int(os.environ.get("ASCEND_ENV_RELIABILITY_RUNS", "10"))
 # Kill at every crash point, then finish with the same command; the other command finishes

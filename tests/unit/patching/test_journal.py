@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,11 @@ from pathlib import Path
 import pytest
 from fake_site import STOP_PATH, STOPPING_PATCHED, make_patches, make_site, run_cli, snapshot
 
-from ascend_env.patching.store import CRASH_ENV, drift, read_state, state_dir
+from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.patching.faults import CRASH_ENV
+from ascend_env.patching.journal import SCHEMA, Journal
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import state_dir
 
 # change-0/1/2: the two patched files and RECORD, in the journal's order.
 INSTALL_POINTS = [
@@ -149,3 +154,40 @@ def test_install_and_restore_racing_leave_one_consistent_tree(tmp_path, referenc
     tree = snapshot(site, include_state=False)
     assert tree in (before, applied)
     assert (read_state(site) is not None) == (tree == applied)
+
+
+def interrupted(tmp_path: Path) -> tuple:
+    """A site whose install was killed once its journal was written: (site, patches, the journal)."""
+    site, patches = make_site(tmp_path), make_patches(tmp_path)
+    assert cli(site, patches, "install", crash="journal").returncode == 137
+    return site, patches, state_dir(site) / "journal.json"
+
+
+def test_the_journal_records_its_schema_and_reads_back(tmp_path):
+    _, _, path = interrupted(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert data["schema"] == SCHEMA == 1
+    journal = Journal.from_json(data, str(path))
+    assert journal.action == "install" and journal.to_json().decode("utf-8") == text
+
+
+@pytest.mark.parametrize("schema", [2, "1", None])
+@pytest.mark.parametrize("command", ["install", "restore", "status"])
+def test_a_journal_of_another_schema_is_refused_and_nothing_changes(tmp_path, schema, command):
+    """A journal another ascend-env wrote (a newer schema, or none) is not finished by guesswork."""
+    site, patches, path = interrupted(tmp_path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if schema is None:
+        del data["schema"]
+    else:
+        data["schema"] = schema
+    path.write_text(json.dumps(data), encoding="utf-8")
+    before = snapshot(site)
+    result = cli(site, patches, command)
+    assert result.returncode == 2, result.stderr
+    assert f"is not a valid ascend-env journal (schema {schema!r})" in result.stderr
+    assert "reinstall transformers" in result.stderr and str(state_dir(site)) in result.stderr
+    assert snapshot(site) == before
+    with pytest.raises(EnvironmentProblem, match="schema"):
+        Journal.from_json(data, str(path))

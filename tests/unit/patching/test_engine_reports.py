@@ -9,7 +9,7 @@ import pytest
 from fake_site import make_patches, make_site, run_cli
 
 from ascend_env.patching import engine
-from ascend_env.patching.store import CRASH_ENV
+from ascend_env.patching.faults import CRASH_ENV
 
 INSTALL_KEYS = ["site_packages", "transformers", "patches", "reason", "files", "result", "changed"]
 

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ascend_env.hook import files as hook
+from ascend_env.patching.faults import CRASH_ENV
 from ascend_env.patching.manifest import load_manifest, patches_dir
 from ascend_env.patching.records import parse_record, rewrite_record
-from ascend_env.patching.store import CRASH_ENV, DIRECTORY, drift, read_state
+from ascend_env.patching.state import drift, read_state
+from ascend_env.patching.store import DIRECTORY
 
 ROOT = Path(__file__).resolve().parents[2]
 FileStat = Tuple[int, int, int]  # size, mtime_ns, inode
@@ -363,7 +365,7 @@ def in_flight(site: Path) -> bool:
 
 def crash_points(changes: int) -> List[str]:
     """Every crash point label of a commit with ``changes`` changes, in order."""
-    from ascend_env.patching.store import CRASH_POINTS
+    from ascend_env.patching.faults import CRASH_POINTS
 
     out: List[str] = []
     for label in CRASH_POINTS:

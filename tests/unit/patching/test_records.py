@@ -15,9 +15,9 @@ import pytest
 from fake_site import make_patches, make_site
 
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.patching.locking import locked
 from ascend_env.patching.manifest import NothingToDo, Release, UnknownRelease, load_manifest, parse_manifest
 from ascend_env.patching.records import find_distribution, parse_record, record_hash, rewrite_record
-from ascend_env.patching.store import locked
 
 
 def test_record_hash_is_urlsafe_base64_without_padding():

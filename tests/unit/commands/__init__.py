@@ -1,0 +1,1 @@
+"""Tests of ascend_env.commands, one file per command module."""
