@@ -14,23 +14,18 @@ Python does.
 from __future__ import annotations
 
 import collections
-import contextlib
 import importlib.metadata
 import importlib.util
 import os
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import (
     IO,
     Any,
     Dict,
-    Iterator,
     List,
     Mapping,
     NamedTuple,
@@ -45,20 +40,15 @@ from typing import (
 from packaging.version import InvalidVersion, Version
 
 from ascend_env import _audited as startup
-from ascend_env.checks import proctree
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.sim import compile_mode, optables
 from ascend_env.sim import paths as sim_paths
-from ascend_env.utils import jsontext
+from ascend_env.utils import jsontext, proctree, supervise
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "sim" / "shim"
 
 #: The version of ``audit --json``'s output; keys are only ever added within a version.
 SCHEMA = 1
-#: After the command exits, how long the processes it left behind may take to end by themselves.
-LINGER_SECONDS = 3.0
-#: After SIGTERM, how long processes have to write their reports and end before SIGKILL.
-GRACE_SECONDS = 3.0
 #: ``--torch-npu affected``: every release that lacks an NPU kernel ascend-env registers.
 AFFECTED = "affected"
 #: A report larger than this is not read (a process wrote over the report directory).
@@ -68,16 +58,15 @@ SCRATCH_PREFIX = "ascend-env-audit-"
 # torch_npu's first release with a torch.backends entry point (Ascend/pytorch v2.5.1-7.0.0 setup.py).
 _AUTOLOAD_FROM = Version("2.5.1")
 _TICK = proctree.TICK
+#: SIGINT or SIGTERM reached the audit; the command was stopped and its reports removed.
+Interrupted = supervise.Interrupted
+_FLAG_WHY = {
+    "I": "-I (isolated mode: PYTHONPATH is ignored, so the audit's sitecustomize never runs)",
+    "E": "-E (PYTHON* variables are ignored, PYTHONPATH among them: the audit's sitecustomize never runs)",
+    "S": "-S (no site module: no sitecustomize runs)",
+}
 # How many processes that ended abnormally (or ran unaudited) the text report names.
 _LISTED = 10
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM reached the audit; the command was stopped and its reports removed."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
 
 
 # ------------------------------------------------------------------------------- which table
@@ -510,7 +499,13 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
             env.pop(sim_paths.ENV, None)
         if chosen_soc is None:
             compile_mode.export_soc(env)
-        outcome = _supervise(list(command), env, timeout, scratch, stdout)
+        try:
+            supervised = supervise.supervise(command, env, scratch, startup.REPORTS, timeout, stdout,
+                                             lambda: _reported_pids(scratch))
+        except supervise.NotStarted as exc:
+            raise UsageError(f"{exc}.", "check the command after '--'") from None
+        outcome = Outcome(supervised.pid, supervised.returncode, timeout, supervised.timed_out,
+                          supervised.stopped, _unaudited(supervised.tree, scratch))
         reports = read_reports(scratch)
     finally:
         _remove(scratch)
@@ -580,167 +575,6 @@ def _remove(directory: Path) -> None:
         time.sleep(_TICK)
 
 
-class _Signals:
-    """SIGINT and SIGTERM while the command runs: the first raises Interrupted, later ones hurry.
-
-    A signal this process ignores (SIGINT in a shell's background job) stays ignored.
-    """
-
-    def __init__(self) -> None:
-        self.raising = True
-        self.hurry = False
-        self.held = False
-        self.pending: Optional[int] = None
-
-    def handle(self, signum: int, frame: object) -> None:
-        if self.held:  # the command is being started: raise once it can be stopped
-            self.pending = signum if self.pending is None else self.pending
-            return
-        if self.raising:
-            self.raising = False
-            raise Interrupted(signum)
-        self.hurry = True
-
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """Keep a signal until the block ends; :meth:`release` raises it then."""
-        self.held = True
-        try:
-            yield
-        finally:
-            self.held = False
-
-    def release(self) -> None:
-        if self.pending is not None and self.raising:
-            self.raising = False
-            raise Interrupted(self.pending)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[_Signals]:
-        if threading.current_thread() is not threading.main_thread():
-            yield self  # signal handlers can only be set in the main thread
-            return
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) != signal.SIG_IGN:
-                previous[sig] = signal.signal(sig, self.handle)
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-class _Watchdog:
-    """The process that stops the command's tree and removes the report directory if this audit
-    dies (:func:`ascend_env.checks.proctree.watch`); told each member of the tree as it is seen."""
-
-    def __init__(self, reports: Path, group: int) -> None:
-        self.proc: Optional[subprocess.Popen[str]] = None
-        self.told: Set[Tuple[int, int]] = set()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", proctree.__file__, "watch", str(reports), str(group)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                start_new_session=True)
-        except OSError:  # no watchdog: a killed audit then leaves what a killed command leaves
-            self.proc = None
-
-    @property
-    def pid(self) -> Optional[int]:
-        return None if self.proc is None else self.proc.pid
-
-    def tell(self, members: Sequence[proctree.Member]) -> None:
-        if self.proc is None or self.proc.stdin is None:
-            return
-        new = {(m.pid, m.start) for m in members} - self.told
-        if not new:
-            return
-        try:
-            self.proc.stdin.write("".join(f"{pid} {start}\n" for pid, start in sorted(new)))
-            self.proc.stdin.flush()
-        except OSError:
-            return
-        self.told |= new
-
-    def done(self) -> None:
-        if self.proc is None or self.proc.stdin is None:
-            return
-        try:
-            self.proc.stdin.write("done\n")
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _supervise(command: List[str], env: Dict[str, str], timeout: Optional[float], reports: Path,
-               stdout: Union[None, int, IO[Any]] = None) -> Outcome:
-    """Run the command in a session of its own; follow its process tree; stop it after
-    ``timeout`` and on SIGINT/SIGTERM; stop what it leaves behind."""
-    signals = _Signals()
-    was_subreaper = proctree.child_subreaper(True)
-    try:
-        with signals.installed():
-            with signals.holding():  # a signal now is raised once the command can be stopped
-                try:
-                    # A session of its own: one process group to stop, and the terminal's Ctrl-C
-                    # reaches the audit, which then stops the command, instead of the command alone.
-                    # It dies with the audit (the watchdog stops the rest of its tree).
-                    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=stdout,
-                                            preexec_fn=proctree.death_signal())
-                except OSError as exc:
-                    raise UsageError(
-                        f"cannot run {command[0]!r}: {exc.strerror or exc}.", "check the command after '--'"
-                    ) from None
-                watchdog = _Watchdog(reports, proc.pid)
-                tree = proctree.Tree(os.getpid(), exclude=[watchdog.pid] if watchdog.pid else [],
-                                     since=proctree.start_time(proc.pid) or 0)
-            try:
-                signals.release()
-                timed_out = _follow(proc, tree, watchdog, reports, timeout, signals)
-                stopped = _stop(proc, tree, watchdog, reports, 0.0 if timed_out else LINGER_SECONDS, signals)
-                returncode = proc.wait()
-            except BaseException:
-                signals.raising = False
-                _stop(proc, tree, watchdog, reports, 0.0, signals)
-                raise
-            finally:
-                watchdog.done()
-    finally:
-        if was_subreaper is not None:
-            proctree.child_subreaper(was_subreaper)
-    return Outcome(proc.pid, returncode, timeout, timed_out, stopped, _unaudited(tree, reports))
-
-
-def _follow(proc: subprocess.Popen[bytes], tree: proctree.Tree, watchdog: _Watchdog, reports: Path,
-            timeout: Optional[float], signals: _Signals) -> bool:
-    """Poll the tree until the command exits (False) or ``timeout`` passes (True)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        _look(proc, tree, watchdog, reports)
-        if proc.poll() is not None:
-            return False
-        if deadline is not None and time.monotonic() >= deadline:
-            return True
-        time.sleep(_TICK)
-
-
-def _look(proc: subprocess.Popen[bytes], tree: proctree.Tree, watchdog: _Watchdog, reports: Path) -> None:
-    """One poll of the tree: tell the watchdog what is new, reap reparented orphans."""
-    tree.poll(_reported_pids(reports))
-    watchdog.tell(tree.alive())
-    for pid in tree.zombie_orphans(proc.pid):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-
-
 def _reported_pids(reports: Path) -> Set[int]:
     """The pids that wrote a report (from the file names: ``<pid>-<random>.json``)."""
     try:
@@ -748,54 +582,6 @@ def _reported_pids(reports: Path) -> Set[int]:
     except OSError:
         return set()
     return {int(name.split("-", 1)[0]) for name in names if name.split("-", 1)[0].isdigit()}
-
-
-def _stop(proc: subprocess.Popen[bytes], tree: proctree.Tree, watchdog: _Watchdog, reports: Path,
-          linger: float, signals: _Signals) -> int:
-    """Let what is left of the command end within ``linger`` seconds, then SIGTERM, then SIGKILL it.
-
-    Returns how many processes were still running and had to be signalled.
-    """
-    group = proc.pid  # the session leader's pid is the process group's id
-    deadline = time.monotonic() + linger
-    left = _left(proc, tree, watchdog, reports, group)
-    while left and time.monotonic() < deadline and not signals.hurry:
-        time.sleep(_TICK)
-        left = _left(proc, tree, watchdog, reports, group)
-    stopped = len(left)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not left:
-            break
-        _kill(os.killpg, group, sig)
-        proctree.stop(((m.pid, m.start) for m in tree.alive()), sig)
-        deadline = time.monotonic() + GRACE_SECONDS
-        while left and time.monotonic() < deadline:
-            if signals.hurry and sig == signal.SIGTERM:
-                break
-            time.sleep(_TICK)
-            left = _left(proc, tree, watchdog, reports, group)
-    return stopped
-
-
-def _left(proc: subprocess.Popen[bytes], tree: proctree.Tree, watchdog: _Watchdog, reports: Path,
-          group: int) -> Set[int]:
-    """The command's processes still running: its tree (where /proc tells it), else its group."""
-    proc.poll()  # reap the leader, so that it is not counted as a zombie member
-    _look(proc, tree, watchdog, reports)
-    if tree.available:
-        return {m.pid for m in tree.alive()}
-    try:
-        os.killpg(group, 0)
-    except OSError:
-        return set()
-    return {group}
-
-
-def _kill(send: Any, target: int, sig: int) -> None:
-    try:
-        send(target, sig)
-    except OSError:  # already gone
-        pass
 
 
 def _unaudited(tree: proctree.Tree, reports: Path) -> List[Unaudited]:
@@ -811,9 +597,25 @@ def _unaudited(tree: proctree.Tree, reports: Path) -> List[Unaudited]:
         parent = members.get(member.ppid)
         if parent is not None and parent.pid in reported and parent.argv == member.argv:
             continue
-        why = proctree.unaudited_reason(member, str(SHIM_DIR), startup.REPORTS)
-        found.append({"pid": member.pid, "argv": list(member.argv), "why": why})
+        found.append({"pid": member.pid, "argv": list(member.argv), "why": unaudited_reason(member)})
     return sorted(found, key=lambda u: u["pid"])
+
+
+def unaudited_reason(member: proctree.Member) -> str:
+    """Why a Python process wrote no report: the option or environment that kept the audit's
+    ``sitecustomize`` from running, as far as its command line and environment tell."""
+    flags = proctree.python_flags(member.argv)
+    for letter in ("I", "E", "S"):
+        if letter in flags:
+            return _FLAG_WHY[letter]
+    if member.environ:
+        if startup.REPORTS not in member.environ:
+            return f"its environment has no {startup.REPORTS} (the command replaced the environment)"
+        path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if str(SHIM_DIR) not in path:
+            return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"
+    return ("it wrote no report (it ended as it started, or its Python could not run the audit's "
+            "sitecustomize)")
 
 
 # ------------------------------------------------------------------------------- verdict

@@ -21,6 +21,7 @@ import pytest
 from ascend_env.checks import audit
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.sim import startup
+from ascend_env.utils import supervise
 
 ROOT = str(Path(audit.__file__).resolve().parents[1])
 
@@ -305,7 +306,7 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
 
 
 def test_what_the_command_leaves_running_is_stopped(tmp_path, monkeypatch):
-    monkeypatch.setattr(audit, "LINGER_SECONDS", 0.2)
+    monkeypatch.setattr(supervise, "LINGER_SECONDS", 0.2)
     pidfile = tmp_path / "pid"
     with pytest.raises(EnvironmentProblem, match=r"the command exited 0"):
         audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}"], "2.4.0")

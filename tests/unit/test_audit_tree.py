@@ -1,4 +1,4 @@
-"""``audit`` follows the command's whole process tree (``ascend_env.checks.proctree``): Python
+"""``audit`` follows the command's whole process tree (``ascend_env.utils.proctree``): Python
 processes that ran outside the simulator, processes left behind, a killed audit. No torch needed:
 these commands never import it."""
 
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.checks import audit, proctree
+from ascend_env.checks import audit
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.utils import proctree
 
 ROOT = str(Path(audit.__file__).resolve().parents[2])
 PY = sys.executable
@@ -110,15 +111,6 @@ def test_forked_children_inherit_the_audit():
            "    os.waitpid(pid, 0)\n"
     with pytest.raises(EnvironmentProblem, match="4 Python processes ran, and none imported torch"):
         audit.run([PY, "-c", code], "2.4.0")
-
-
-@pytest.mark.parametrize("argv, flags", [
-    (["python", "-IS", "x.py"], "IS"), (["python", "-X", "dev", "-E", "-c", "pass"], "E"),
-    (["python", "-Wignore", "-s", "-m", "pip"], "s"), (["python", "-c", "-I"], ""),
-    (["python", "--", "-I"], ""), (["python", "-bB", "-OO", "x.py", "-I"], "bBOO"),
-])
-def test_python_flags(argv, flags):
-    assert proctree.python_flags(argv) == flags
 
 
 # ---------------------------------------------------------------- start-up cost: what a child imports
