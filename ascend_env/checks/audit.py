@@ -39,9 +39,9 @@ from typing import (
 
 from packaging.version import InvalidVersion, Version
 
-from ascend_env import _audited as startup
+from ascend_env import _audited
 from ascend_env.exceptions import EnvironmentProblem, UsageError
-from ascend_env.sim import compile_mode, optables
+from ascend_env.sim import compile_mode, optables, startup
 from ascend_env.sim import paths as sim_paths
 from ascend_env.utils import jsontext, proctree, supervise
 
@@ -164,11 +164,10 @@ def _audited_environment(table: Mapping[str, str], reports: Path,
                          base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """``base`` (default: this process's environment) set up for an audited command."""
     env = dict(os.environ if base is None else base)
-    for key in (startup.TORCH_NPU, startup.OPLISTS, startup.LABEL, startup.FALLBACK_DISABLE,
-                startup.AUTOLOAD):
+    for key in startup.VARIABLES:
         env.pop(key, None)
     env.update({k: v for k, v in table.items() if k not in ("label", "chosen", "autoloads")})
-    env[startup.REPORTS] = str(reports)
+    env[_audited.REPORTS] = str(reports)
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(SHIM_DIR) + (os.pathsep + path if path else "")
     # torch loads backends at import unless this is "0" (torch/__init__.py); the simulated release
@@ -500,7 +499,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
         if chosen_soc is None:
             compile_mode.export_soc(env)
         try:
-            supervised = supervise.supervise(command, env, scratch, startup.REPORTS, timeout, stdout,
+            supervised = supervise.supervise(command, env, scratch, _audited.REPORTS, timeout, stdout,
                                              lambda: _reported_pids(scratch))
         except supervise.NotStarted as exc:
             raise UsageError(f"{exc}.", "check the command after '--'") from None
@@ -609,8 +608,8 @@ def unaudited_reason(member: proctree.Member) -> str:
         if letter in flags:
             return _FLAG_WHY[letter]
     if member.environ:
-        if startup.REPORTS not in member.environ:
-            return f"its environment has no {startup.REPORTS} (the command replaced the environment)"
+        if _audited.REPORTS not in member.environ:
+            return f"its environment has no {_audited.REPORTS} (the command replaced the environment)"
         path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
         if str(SHIM_DIR) not in path:
             return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"

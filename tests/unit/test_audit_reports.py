@@ -18,6 +18,7 @@ from typing import List
 
 import pytest
 
+from ascend_env import _audited
 from ascend_env.checks import audit
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.sim import startup
@@ -30,7 +31,7 @@ HARNESS = textwrap.dedent(
     import os, signal, subprocess, sys, time
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from ascend_env.sim import startup
+    from ascend_env import _audited
     COUNTS = {{}}
     SIGNAL_IN_COUNTS = []
     def counts():
@@ -48,7 +49,7 @@ def run_reporter(tmp_path: Path, body: str, before: str = "") -> tuple:
     reports = tmp_path / "reports"
     reports.mkdir()
     code = (HARNESS.format(root=ROOT) + textwrap.dedent(before)
-            + "startup.install(Path(sys.argv[1]), counts, 'test-table')\n" + textwrap.dedent(body))
+            + "_audited.install(Path(sys.argv[1]), counts, 'test-table')\n" + textwrap.dedent(body))
     result = subprocess.run([sys.executable, "-c", code, str(reports)], capture_output=True, text=True,
                             timeout=30)
     return result, audit.collect(reports)
@@ -113,7 +114,7 @@ def test_sigterm_while_the_last_report_is_written(tmp_path):
 def test_counts_seen_before_sigkill_survive_it(tmp_path):
     result, reports = run_reporter(tmp_path, f"""
         fall(3)
-        time.sleep({startup.POLL_SECONDS * 6})
+        time.sleep({_audited.POLL_SECONDS * 6})
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     assert result.returncode == -signal.SIGKILL
@@ -174,7 +175,7 @@ def test_a_fork_that_execs_at_once_is_not_a_process(tmp_path):
 
 
 def test_install_twice_is_refused(tmp_path):
-    result, _ = run_reporter(tmp_path, "startup.install(Path(sys.argv[1]), counts, 'again')\n")
+    result, _ = run_reporter(tmp_path, "_audited.install(Path(sys.argv[1]), counts, 'again')\n")
     assert result.returncode == 1 and "already installed" in result.stderr
 
 
@@ -415,8 +416,6 @@ def test_bad_bytes_and_a_huge_report_are_findings(tmp_path, monkeypatch):
 
 
 def test_what_the_reporter_writes_reads_back(tmp_path):
-    from ascend_env import _audited
-
     data = {"pid": 3, "argv": ["x\udcff", "é", "\U0001f600", 'q"\\\n\t\x01'], "fallbacks": {"aten::a": 2},
             "end": None, "torch": False, "ratio": 0.5, "nested": [[1], {"k": None}]}
     path = str(tmp_path / "3-x.json")
