@@ -35,14 +35,17 @@ from typing import (
     Tuple,
     TypedDict,
     Union,
+    cast,
 )
 
 from packaging.version import InvalidVersion, Version
 
 from ascend_env import _audited
+from ascend_env.checks import paths_report
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.sim import compile_mode, optables, startup
 from ascend_env.sim import paths as sim_paths
+from ascend_env.sim.reports import ProcessReport
 from ascend_env.utils import jsontext, proctree, supervise
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "sim" / "shim"
@@ -185,7 +188,7 @@ def _audited_environment(table: Mapping[str, str], reports: Path,
 class Reports(NamedTuple):
     """What the processes wrote: the reports that read well, and a problem for each that did not."""
 
-    good: List[Dict[str, Any]]
+    good: List[ProcessReport]
     bad: List[str]
 
 
@@ -193,7 +196,7 @@ def read_reports(directory: Path) -> Reports:
     """The reports in ``directory``, oldest pid first, read as the state files are read: bounded
     in size and depth, each value checked; a report that is not as the reporter writes it is a
     problem (``"<file>: <why>"``), never an exception."""
-    good: List[Dict[str, Any]] = []
+    good: List[ProcessReport] = []
     bad: List[str] = []
     try:
         names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
@@ -209,12 +212,12 @@ def read_reports(directory: Path) -> Reports:
     return Reports(good, bad)
 
 
-def collect(reports: Path) -> List[Dict[str, Any]]:
+def collect(reports: Path) -> List[ProcessReport]:
     """The reports the audited processes wrote that read well, oldest pid first."""
     return read_reports(reports).good
 
 
-def _read_report(path: Path) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_REPORT_BYTES + 1)
@@ -229,7 +232,7 @@ def _read_report(path: Path) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     except (UnicodeDecodeError, ValueError) as exc:
         return f"is not JSON ({str(exc)[:120]})", None
     problem = _report_problem(value)
-    return (problem, None) if problem else (None, value)
+    return (problem, None) if problem else (None, cast(ProcessReport, value))
 
 
 _OPTIONAL_STR = ("rank", "origin", "table", "torch_npu", "error", "unaudited", "extra_error")
@@ -323,7 +326,7 @@ class Ending(NamedTuple):
     abnormal: bool
 
 
-def process_ending(report: Mapping[str, Any], outcome: Outcome) -> Ending:
+def process_ending(report: ProcessReport, outcome: Outcome) -> Ending:
     """How one audited process ended.
 
     The command's own process is described by its exit status; the others by the last report
@@ -394,12 +397,12 @@ class Findings(_Findings, total=False):
     """What :func:`run` found, in the order ``--json`` writes it; ``soc`` and ``paths`` only with
     the dispatch-path model (``ascend_env.sim.paths.summarize``)."""
 
-    soc: Optional[Dict[str, Any]]
-    paths: Dict[str, Any]
+    soc: Optional[paths_report.SocChoice]
+    paths: paths_report.PathsSummary
 
 
 def findings_from(
-    label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[Dict[str, Any]],
+    label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[ProcessReport],
     bad_reports: Sequence[str] = (), chosen: str = "given",
 ) -> Findings:
     """The audit's findings from the command's outcome and its processes' reports.
@@ -451,7 +454,7 @@ def _without_torch_npu(process: ProcessFindings) -> bool:
     return bool(process["npu_used"]) and process["torch_npu"] is None and not process["autoload"]
 
 
-def _process_findings(report: Mapping[str, Any], outcome: Outcome) -> ProcessFindings:
+def _process_findings(report: ProcessReport, outcome: Outcome) -> ProcessFindings:
     ending = process_ending(report, outcome)
     return {
         "pid": report.get("pid"), "ppid": report.get("ppid"), "argv": report.get("argv"),
@@ -485,7 +488,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     """
     _check_arguments(command, timeout)
     table = choose_table(torch_npu)
-    chosen_soc = sim_paths.choose_soc(soc) if paths or soc else None
+    chosen_soc = paths_report.choose_soc(soc) if paths or soc else None
     if chosen_soc is not None:
         table[compile_mode.SOC_ENV] = chosen_soc["name"]
     if paths:
@@ -512,7 +515,7 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     if paths:
         findings["soc"] = chosen_soc
         try:
-            findings["paths"] = sim_paths.summarize(reports.good, chosen_soc)
+            findings["paths"] = paths_report.summarize(reports.good, chosen_soc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             findings["bad_reports"].append(f"the dispatch-path model's findings cannot be read ({exc!r})")
     return findings
@@ -662,10 +665,10 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         causes.append(f"the command {findings['ended']}")
         fixes.append("see the command's own output above")
     if "paths" in findings:
-        failing = sim_paths.failing(findings["paths"], tuple(fail_on))
+        failing = paths_report.failing(findings["paths"], tuple(fail_on))
         if failing:
-            causes.append(sim_paths.failing_text(findings["paths"], failing))
-            fixes.append(sim_paths.fix_line(findings["paths"], failing))
+            causes.append(paths_report.failing_text(findings["paths"], failing))
+            fixes.append(paths_report.fix_line(findings["paths"], failing))
     release = findings["table"].split(" ", 1)[0]
     if not causes:
         return Verdict(0, f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
@@ -755,7 +758,7 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
     for problem in findings["bad_reports"][:_LISTED]:
         lines.append(f"a report cannot be read: {problem}")
     lines += _fallbacks_text(findings)
-    lines += sim_paths.format_text(findings["paths"]) if "paths" in findings else []
+    lines += paths_report.format_text(findings["paths"]) if "paths" in findings else []
     lines.append(verdict(findings, fail_on).line)
     return "\n".join(lines)
 

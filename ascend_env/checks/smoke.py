@@ -300,15 +300,9 @@ def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional
     if found is None:
         record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
         return record
-    by_op: Dict[str, int] = {}
-    steady = 0
-    for run in found["generate"]:
-        for step in run["steps"][paths.STEADY_FROM:]:
-            steady += step["would_compile"]
-            for op, count in step["would_compile_by_op"].items():
-                by_op[op] = by_op.get(op, 0) + count
+    steady, by_op = paths.steady_compiles(found)
     record.update(steady_from=paths.STEADY_FROM, steady_would_compile=steady,
-                  steady_would_compile_by_op=dict(sorted(by_op.items(), key=lambda i: (-i[1], i[0]))))
+                  steady_would_compile_by_op=by_op)
     return record
 
 

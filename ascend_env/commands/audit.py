@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
-from ascend_env.checks import audit
+from ascend_env.checks import audit, paths_report
 from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json, write_text
-from ascend_env.sim import paths as sim_paths
 from ascend_env.utils import atomic
 
 
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.user_command)
     if command and command[0] == "--":
         command = command[1:]
-    fail_on = sim_paths.parse_fail_on(args.fail_on)
+    fail_on = paths_report.parse_fail_on(args.fail_on)
     paths = bool(args.paths) or any(kind != "fallbacks" for kind in fail_on)
     releases = audit.releases_asked(args.torch_npu)
     json_on_stdout = bool(args.json) or args.report == "-"
