@@ -20,12 +20,9 @@ a script that calls ``set_compile_mode`` mid-run is modelled from there on. Then
   depends on the data (``nonzero``, ``masked_select``, boolean indexing, ...), counted per op and
   per Python call site (the first frame outside torch).
 
-Steps: the decoding loops call ``StoppingCriteriaList.__call__`` once per iteration
-(``unfinished_sequences & ~stopping_criteria(input_ids, scores)`` in transformers 4.46.3's
-``_sample``, ``generation/utils.py``; the same line ends the loop of ``_greedy_search`` / ``_sample``
-in the 4.40 releases), so each return from it inside ``GenerationMixin.generate`` closes one step.
-Step 0 holds ``generate()``'s set-up and the prompt's forward pass; what runs after the last step
-(the loop's final check) is reported apart.
+Steps: :mod:`ascend_env.sim.steps` tells the model where each ``generate()`` call and each of its
+decoding steps begin and end. Step 0 holds ``generate()``'s set-up and the prompt's forward pass;
+what runs after the last step (the loop's final check) is reported apart.
 
 Each process's findings are a :class:`ascend_env.sim.reports.PathsReport` (:func:`report`), the
 last report's ``"paths"``; the audit sums them (:mod:`ascend_env.checks.paths_report`). Importing
@@ -38,11 +35,10 @@ import collections
 import functools
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, cast
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
-from ascend_env.sim import compile_mode, oppaths
+from ascend_env.sim import compile_mode, oppaths, steps
 from ascend_env.sim.reports import Counts, GuardRecord, PathsReport, RunReport, Span, Steady, Warning64Record
-from ascend_env.utils import importhooks
 
 __all__ = [
     "COPY_TO_HOST", "DATA_DEPENDENT", "DEVICE", "ENV", "INDEX_OPS", "INFRASTRUCTURE", "LOG_LEVEL",
@@ -491,7 +487,7 @@ def start() -> Model:
     model = Model(data, sim.enabled_ops())
     _MODEL.append(model)
     _push_mode(model)
-    _hook_transformers(model)
+    steps.listen(model)
     return model
 
 
@@ -527,84 +523,3 @@ def _push_mode(model: Model) -> None:
             return func(*args, **kwargs)
 
     PathsMode().__enter__()  # type: ignore[no-untyped-call]
-
-
-# --------------------------------------------------------------------------- transformers hooks
-
-def _hook_transformers(model: Model) -> None:
-    """Wrap ``StoppingCriteriaList.__call__`` and ``GenerationMixin.generate`` now if transformers
-    is imported, else as soon as their modules are."""
-    targets = {
-        "transformers.generation.stopping_criteria": functools.partial(_wrap_stopping, model),
-        "transformers.generation.utils": functools.partial(_wrap_generate, model),
-        "transformers.generation.configuration_utils": functools.partial(_wrap_mode, model),
-    }
-    pending = {}
-    for name, wrap in targets.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            wrap(module)
-        else:
-            pending[name] = wrap
-    if pending:
-        importhooks.ImportWatcher({name: _ignoring_specs(wrap) for name, wrap in pending.items()}).install()
-
-
-def _ignoring_specs(wrap: Callable[[Any], None]) -> importhooks.Callback:
-    """An import watcher's callback that wraps the module, whatever the count of specs."""
-    return lambda module, _specs: wrap(module)
-
-
-def _wrap_stopping(model: Model, module: Any) -> None:
-    cls = getattr(module, "StoppingCriteriaList", None)
-    if cls is None or getattr(cls.__call__, "_ascend_env_paths", False):
-        return
-    original = cls.__call__
-
-    @functools.wraps(original)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.step_done()
-
-    call._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.__call__ = call
-
-
-def _wrap_generate(model: Model, module: Any) -> None:
-    cls = getattr(module, "GenerationMixin", None)
-    if cls is None or getattr(cls.generate, "_ascend_env_paths", False):
-        return
-    original = cls.generate
-
-    @functools.wraps(original)
-    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        model.enter_generate(model.site())
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.exit_generate()
-
-    generate._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.generate = generate
-
-
-def _wrap_mode(model: Model, module: Any) -> None:
-    """Record the decoding mode of each ``generate()`` call from ``GenerationConfig.get_generation_mode``
-    (transformers >= 4.39: ``generate`` calls it once; older releases leave the mode unknown)."""
-    cls = getattr(module, "GenerationConfig", None)
-    if cls is None or not hasattr(cls, "get_generation_mode"):
-        return
-    if getattr(cls.get_generation_mode, "_ascend_env_paths", False):
-        return
-    original = cls.get_generation_mode
-
-    @functools.wraps(original)
-    def get_generation_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
-        mode = original(self, *args, **kwargs)
-        model.generation_mode(str(getattr(mode, "value", mode)))
-        return mode
-
-    get_generation_mode._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.get_generation_mode = get_generation_mode
