@@ -36,7 +36,9 @@ from typing import (
 
 from ascend_env.utils import proctree
 
-__all__ = ["GRACE_SECONDS", "LINGER_SECONDS", "Interrupted", "NotStarted", "Supervised", "supervise"]
+__all__ = [
+    "GRACE_SECONDS", "LINGER_SECONDS", "Interrupted", "NotStarted", "Output", "Supervised", "supervise",
+]
 
 #: After the command exits, how long the processes it left behind may take to end by themselves.
 LINGER_SECONDS = 3.0
