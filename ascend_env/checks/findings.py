@@ -138,7 +138,7 @@ class _Findings(TypedDict):
 
 class Findings(_Findings, total=False):
     """What :func:`run` found, in the order ``--json`` writes it; ``soc`` and ``paths`` only with
-    the dispatch-path model (``ascend_env.sim.paths.summarize``)."""
+    the dispatch-path model (``ascend_env.checks.paths_report.summarize``)."""
 
     soc: Optional[paths_report.SocChoice]
     paths: paths_report.PathsSummary
