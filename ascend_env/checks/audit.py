@@ -61,8 +61,8 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
     ``timeout`` seconds the command and every process it started are stopped. SIGINT or SIGTERM to
     this process stops them as well, removes the reports and raises
     :class:`ascend_env.utils.supervise.Interrupted`. With ``paths``, also ``soc`` and ``paths``
-    (:func:`ascend_env.checks.paths_report.summarize`). ``stdout``: where
-    the command's standard output goes, a file or a descriptor (default: this process's).
+    (:func:`ascend_env.checks.paths_report.summarize`). ``stdout``: where the command's standard
+    output goes, a file or a descriptor (default: this process's).
     """
     _check_arguments(command, timeout)
     table = tables.choose_table(torch_npu)

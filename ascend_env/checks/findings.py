@@ -137,8 +137,8 @@ class _Findings(TypedDict):
 
 
 class Findings(_Findings, total=False):
-    """What :func:`run` found, in the order ``--json`` writes it; ``soc`` and ``paths`` only with
-    the dispatch-path model (``ascend_env.checks.paths_report.summarize``)."""
+    """What :func:`ascend_env.checks.audit.run` found, in the order ``--json`` writes it; ``soc``
+    and ``paths`` only with the dispatch-path model (``ascend_env.checks.paths_report.summarize``)."""
 
     soc: Optional[paths_report.SocChoice]
     paths: paths_report.PathsSummary
