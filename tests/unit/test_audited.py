@@ -200,3 +200,9 @@ def test_the_shim_reports_where_the_reporter_does():
     shim = Path(_audited.__file__).parent / "sim" / "shim" / "sitecustomize.py"
     named = set(re.findall(r'"(ASCEND_ENV_AUDIT_\w+)"', shim.read_text(encoding="utf-8")))
     assert named == {_audited.REPORTS}
+
+
+def test_the_simulated_torch_npu_is_found_where_the_simulator_puts_it():
+    from ascend_env import sim
+
+    assert _audited._PKGS == sim.torch_npu_path()
