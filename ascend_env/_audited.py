@@ -12,10 +12,12 @@ plus :mod:`ascend_env.utils.importhooks`. It
   real torch_npu, which cannot run beside the simulator, and reachable before ``import torch``:
   its ``__init__`` imports torch first;
 - enables the simulator once ``torch`` has executed (an :class:`~ascend_env.utils.importhooks.
-  ImportWatcher`), by :func:`ascend_env.sim.startup.start`;
+  ImportWatcher`), by :func:`ascend_env.sim.startup.start`, and reports from then on what
+  :mod:`ascend_env.sim.startup` counts;
 - keeps the report up to date until the process ends (see :class:`Reporter`).
 
-The audit passes its choices in the environment (the names below). Each process's report,
+The audit passes its choices in the environment (:data:`REPORTS` here, the table's in
+:mod:`ascend_env.sim.startup`). Each process's report (an ``ascend_env.sim.reports.ProcessReport``),
 ``<pid>-<random>.json`` in ``$ASCEND_ENV_AUDIT_REPORTS`` (a pid alone is not unique: ``exec``
 keeps it), holds its fallback counts, whether torch ran the simulator there (``torch``), how it
 reached torch_npu, and, once it ends, how (``"end"``). It is written at start, again whenever the
@@ -48,19 +50,18 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
-    Counts = Callable[[], Mapping[str, int]]
-    #: What a process adds to its last report (``ascend_env.sim.startup``: the dispatch-path
-    #: model, how the hook heard of torch_npu, whether the process used the npu device).
-    Extra = Callable[[], Dict[str, Any]]
+    from ascend_env.sim.reports import LastFacts, ProcessEnd, ProcessReport
 
-TORCH_NPU = "ASCEND_ENV_AUDIT_TORCH_NPU"
-OPLISTS = "ASCEND_ENV_AUDIT_OPLISTS"
-LABEL = "ASCEND_ENV_AUDIT_LABEL"
-FALLBACK_DISABLE = "ASCEND_ENV_AUDIT_FALLBACK_DISABLE"
+    Counts = Callable[[], Mapping[str, int]]
+    #: What a process adds to its last report (``ascend_env.sim.startup.last_facts``: the
+    #: dispatch-path model, how the hook heard of torch_npu, whether the process used the npu device).
+    Extra = Callable[[], LastFacts]
+
+__all__ = ["POLL_SECONDS", "REPORTS", "Reporter", "current", "install", "start_from_environment", "to_json",
+           "write_json"]
+
+#: Where each audited process writes its report: the audit's report directory.
 REPORTS = "ASCEND_ENV_AUDIT_REPORTS"
-#: ``1`` where the simulated release is loaded by ``import torch`` itself, as torch_npu >= 2.5.1
-#: is through torch's ``torch.backends`` entry point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``).
-AUTOLOAD = "ASCEND_ENV_AUDIT_AUTOLOAD"
 
 #: How often a running process looks at its counts and rewrites its report if they changed.
 POLL_SECONDS = 0.1
@@ -88,11 +89,11 @@ class Reporter:
         self.path = os.path.join(self.directory, f"{self.pid}-{os.urandom(4).hex()}.json")
         self.lock = _thread.RLock()
         self.written: Optional[Dict[str, int]] = None
-        self.ended: Optional[Dict[str, Any]] = None
+        self.ended: Optional[ProcessEnd] = None
         self.fork_baseline: Optional[Dict[str, int]] = None  # the counts when this process last forked
         self.torch = False  # whether the simulator runs in this process
         self.error: Optional[str] = None  # why the simulator could not start here
-        self.facts: Dict[str, Any] = {}  # set once, when the simulator starts (e.g. "autoload")
+        self.autoload: Optional[bool] = None  # set once, when the simulator starts
         self.extra: Optional[Extra] = None
         self.polling = False
 
@@ -105,7 +106,7 @@ class Reporter:
                 own[name] = int(count)
         return dict(sorted(own.items()))
 
-    def write(self, end: Optional[Dict[str, Any]] = None, force: bool = False) -> None:
+    def write(self, end: Optional[ProcessEnd] = None, force: bool = False) -> None:
         """Write the report if the counts changed (or ``force``); ``end`` makes it the last one."""
         if os.getpid() != self.pid or not self.lock.acquire(timeout=_LOCK_SECONDS):
             return
@@ -115,17 +116,18 @@ class Reporter:
             counts = self.own_counts()
             if end is None and not force and counts == self.written:
                 return
-            data: Dict[str, Any] = {
+            data: ProcessReport = {
                 "pid": self.pid, "ppid": os.getppid(), "argv": list(sys.argv), "rank": os.environ.get("RANK"),
                 "origin": self.origin, "table": self.table, "fallbacks": counts, "end": end,
                 "torch": self.torch, "torch_npu": _torch_npu_kind(),
             }
-            data.update(self.facts)
+            if self.autoload is not None:
+                data["autoload"] = self.autoload
             if self.error is not None:
                 data["error"] = self.error
             if end is not None and self.extra is not None:
                 try:
-                    data.update(self.extra())
+                    data = {**data, **self.extra()}
                 except Exception as exc:  # noqa: BLE001 - the counts still count
                     data["extra_error"] = f"{type(exc).__name__}: {exc}"
             write_json(self.path, data)
@@ -137,7 +139,7 @@ class Reporter:
         finally:
             self.lock.release()
 
-    def finish(self, end: Dict[str, Any]) -> None:
+    def finish(self, end: ProcessEnd) -> None:
         """Write the last report, saying how the process ended (later writes do nothing)."""
         self.write(end=end)
 
@@ -319,7 +321,7 @@ def _after_fork_in_child() -> None:
     baseline = parent.fork_baseline if parent.fork_baseline is not None else parent.baseline
     child = Reporter(parent.directory, parent.counts, parent.table, "fork", baseline)
     child.torch, child.error, child.extra = parent.torch, parent.error, parent.extra
-    child.facts = dict(parent.facts)
+    child.autoload = parent.autoload
     _current = child
     # No report yet: a child forked by subprocess (preexec_fn) execs at once and must not count
     # as a process. The report thread writes the first one after POLL_SECONDS, or the end does.
@@ -384,7 +386,16 @@ def _torch_executed(environ: Mapping[str, str]) -> None:
     try:
         from ascend_env.sim import startup
 
-        startup.start(environ, reporter)
+        started = startup.start(environ)
+        with reporter.lock:
+            reporter.counts = startup.counts
+            reporter.table = started.table
+            reporter.torch = True
+            reporter.autoload = started.autoload
+            reporter.extra = startup.last_facts
+        reporter.write(force=True)
+        reporter.start_polling()
+        startup.autoload(started)
     except Exception as exc:  # noqa: BLE001 - the audit reports it (and fails with it)
         reporter.error = f"{type(exc).__name__}: {exc}"
         reporter.write(force=True)

@@ -171,21 +171,20 @@ def _start_npu(order: str) -> Dict[str, Any]:
 
 
 def _start_simulator(torch_npu: Optional[str], order: str) -> Dict[str, Any]:
-    """Enable the simulated NPU with the table ``ascend_env.checks.audit.choose_table`` picks, then
+    """Enable the simulated NPU with the table ``ascend_env.checks.tables.choose_table`` picks, then
     import its torch_npu as ``order`` says (so the startup hook hears of it as of a real one)."""
-    from ascend_env.checks import audit
+    from ascend_env.checks import tables
     from ascend_env.sim import optables, startup
 
-    table = audit.choose_table(torch_npu)
-    chosen = table.pop("chosen", None)
-    if startup.OPLISTS in table:
-        honoured = table.get(startup.FALLBACK_DISABLE) == "1"
+    table = tables.choose_table(torch_npu)
+    if startup.OPLISTS in table.env:
+        honoured = table.env.get(startup.FALLBACK_DISABLE) == "1"
     else:
-        honoured = optables.has_fallback_disable(table[startup.TORCH_NPU])
+        honoured = optables.has_fallback_disable(table.env[startup.TORCH_NPU])
     in_force = _keep_fallback_disable(honoured)
-    startup.enable(table)
-    return {"kind": "simulator", "release": table["label"], "name": "simulated NPU",
-            "fallback_disable": in_force, "imports": import_torch_npu(order), "chosen": chosen}
+    startup.enable(table.env)
+    return {"kind": "simulator", "release": table.label, "name": "simulated NPU",
+            "fallback_disable": in_force, "imports": import_torch_npu(order), "chosen": table.chosen}
 
 
 def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
@@ -332,15 +331,9 @@ def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional
     if found is None:
         record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
         return record
-    by_op: Dict[str, int] = {}
-    steady = 0
-    for run in found["generate"]:
-        for step in run["steps"][paths.STEADY_FROM:]:
-            steady += step["would_compile"]
-            for op, count in step["would_compile_by_op"].items():
-                by_op[op] = by_op.get(op, 0) + count
+    steady, by_op = paths.steady_compiles(found)
     record.update(steady_from=paths.STEADY_FROM, steady_would_compile=steady,
-                  steady_would_compile_by_op=dict(sorted(by_op.items(), key=lambda i: (-i[1], i[0]))))
+                  steady_would_compile_by_op=by_op)
     return record
 
 

@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
-from ascend_env.checks import audit
+from ascend_env.checks import audit, audit_text, paths_report, tables
+from ascend_env.checks.findings import Findings
 from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json, write_text
-from ascend_env.sim import paths as sim_paths
-from ascend_env.utils import atomic
+from ascend_env.utils import atomic, supervise
+
+__all__ = ["configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--torch-npu",
         metavar="VERSION",
         help="the torch_npu release whose op table to simulate; several, comma-separated, run the command "
-        f"once each; '{audit.AFFECTED}' runs each release that lacks an NPU isin (2.1.0.post3 to "
+        f"once each; '{tables.AFFECTED}' runs each release that lacks an NPU isin (2.1.0.post3 to "
         "2.1.0.post6, 2.2.x, 2.3.1). Default: the installed torch_npu's own op lists, else the oldest "
         "known release",
     )
@@ -57,16 +59,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-Result = Union[audit.Findings, AscendEnvError]
+Result = Union[Findings, AscendEnvError]
 
 
 def run(args: argparse.Namespace) -> int:
     command = list(args.user_command)
     if command and command[0] == "--":
         command = command[1:]
-    fail_on = sim_paths.parse_fail_on(args.fail_on)
+    fail_on = paths_report.parse_fail_on(args.fail_on)
     paths = bool(args.paths) or any(kind != "fallbacks" for kind in fail_on)
-    releases = audit.releases_asked(args.torch_npu)
+    releases = tables.releases_asked(args.torch_npu)
     json_on_stdout = bool(args.json) or args.report == "-"
     report_file = Path(args.report) if args.report not in (None, "-") else None
     results: List[Tuple[str, Result]] = []
@@ -86,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             results.append((findings["table"].split(" ", 1)[0], findings))
             if not json_on_stdout:
-                write_text(audit.format_text(findings, fail_on))
-    except audit.Interrupted as stop:
+                write_text(audit_text.format_text(findings, fail_on))
+    except supervise.Interrupted as stop:
         # As the CLI answers Ctrl-C: one line, no traceback; 128 + the signal, as a shell reports it.
         sys.stderr.write(f"ascend-env: audit interrupted by {stop}: the command and every process it "
                          "started were stopped, and nothing is reported.\n")
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         for release, result in results:
             if isinstance(result, AscendEnvError):
                 write_text(f"audit: torch_npu {release}: {result}")
-        write_text(audit.combined_verdict(results, fail_on).line)
+        write_text(audit_text.combined_verdict(results, fail_on).line)
     return _code(results, fail_on)
 
 
@@ -118,8 +120,10 @@ def _stderr_fd() -> int:
 def _code(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> int:
     if len(results) == 1:
         result = results[0][1]
-        return result.exit_code if isinstance(result, AscendEnvError) else audit.exit_code(result, fail_on)
-    return audit.combined_verdict(results, fail_on).code
+        if isinstance(result, AscendEnvError):
+            return result.exit_code
+        return audit_text.exit_code(result, fail_on)
+    return audit_text.combined_verdict(results, fail_on).code
 
 
 def _document(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> Dict[str, Any]:
@@ -127,12 +131,12 @@ def _document(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> 
     def one(result: Result) -> Dict[str, Any]:
         if isinstance(result, AscendEnvError):
             return {"ok": False, **result.to_dict()}
-        found = audit.verdict(result, fail_on)
+        found = audit_text.verdict(result, fail_on)
         return {"ok": found.code == 0, "schema": audit.SCHEMA, **result, "verdict": found.line}
 
     if len(results) == 1:
         return one(results[0][1])
-    combined = audit.combined_verdict(results, fail_on)
+    combined = audit_text.combined_verdict(results, fail_on)
     return {"ok": combined.code == 0, "schema": audit.SCHEMA, "verdict": combined.line,
             "releases": [dict(one(result), release=release) for release, result in results]}
 

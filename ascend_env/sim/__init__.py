@@ -33,8 +33,8 @@ from typing import Dict, FrozenSet, List, Optional, cast
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
 __all__ = [
-    "add_torch_npu_to_path", "enable", "enable_ops", "enabled_table", "fallbacks", "reset", "torch_npu_path",
-    "unknown_ops",
+    "add_torch_npu_to_path", "enable", "enable_ops", "enabled_ops", "enabled_table", "fallbacks", "reset",
+    "shim_path", "torch_npu_path", "unknown_ops",
 ]
 
 DEVICE = "npu"
@@ -47,6 +47,11 @@ def enabled_table() -> Optional[str]:
     """The table the simulator runs in this process (e.g. ``"2.1.0.post6"``), or None."""
     table = _STATE.get("table")
     return str(table) if table is not None else None
+
+
+def enabled_ops() -> FrozenSet[str]:
+    """The ops of the table the simulator runs in this process (empty when it runs none)."""
+    return cast(FrozenSet[str], _STATE.get("ops", frozenset()))
 
 
 def enable(torch_npu: Optional[str] = None) -> None:
@@ -96,6 +101,12 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
 def torch_npu_path() -> str:
     """The directory holding the simulated ``torch_npu`` package (never on ``sys.path`` by itself)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "pkgs")
+
+
+def shim_path() -> str:
+    """The directory whose ``sitecustomize`` reports each Python process to the audit (first on
+    an audited command's ``PYTHONPATH``)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 
 
 def add_torch_npu_to_path() -> None:

@@ -5,7 +5,7 @@
 on ``npu`` tensors it decides the path op-plugin's generated wrapper would take
 (``op_plugin/OpInterface.cpp``: ``op_api::`` when ``CheckJitDisable()`` holds, else ``acl_op::``;
 an op with only an ``acl_op`` implementation always takes it), from the release's op-path data
-(:mod:`ascend_env.oppaths`) and :mod:`ascend_env.sim.compile_mode` as it stands at that moment, so
+(:mod:`ascend_env.sim.oppaths`) and :mod:`ascend_env.sim.compile_mode` as it stands at that moment, so
 a script that calls ``set_compile_mode`` mid-run is modelled from there on. Then:
 
 - on ``acl_op`` with JIT compile on, each new key (op, input shapes and dtypes, non-tensor
@@ -20,12 +20,13 @@ a script that calls ``set_compile_mode`` mid-run is modelled from there on. Then
   depends on the data (``nonzero``, ``masked_select``, boolean indexing, ...), counted per op and
   per Python call site (the first frame outside torch).
 
-Steps: the decoding loops call ``StoppingCriteriaList.__call__`` once per iteration
-(``unfinished_sequences & ~stopping_criteria(input_ids, scores)`` in transformers 4.46.3's
-``_sample``, ``generation/utils.py``; the same line ends the loop of ``_greedy_search`` / ``_sample``
-in the 4.40 releases), so each return from it inside ``GenerationMixin.generate`` closes one step.
-Step 0 holds ``generate()``'s set-up and the prompt's forward pass; what runs after the last step
-(the loop's final check) is reported apart. Importing this module imports no torch.
+Steps: :mod:`ascend_env.sim.steps` tells the model where each ``generate()`` call and each of its
+decoding steps begin and end. Step 0 holds ``generate()``'s set-up and the prompt's forward pass;
+what runs after the last step (the loop's final check) is reported apart.
+
+Each process's findings are a :class:`ascend_env.sim.reports.PathsReport` (:func:`report`), the
+last report's ``"paths"``; the audit sums them (:mod:`ascend_env.checks.paths_report`). Importing
+this module imports no torch.
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ import collections
 import functools
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
-from ascend_env.hook import compile_guard
-from ascend_env.sim import compile_mode, oppaths
-from ascend_env.utils import importhooks
+from ascend_env.sim import compile_mode, oppaths, steps
+from ascend_env.sim.reports import Counts, GuardRecord, PathsReport, RunReport, Span, Steady, Warning64Record
 
 __all__ = [
-    "ENV", "STEADY_FROM", "Bucket", "Model", "active", "report", "start", "start_from_environment",
+    "COPY_TO_HOST", "DATA_DEPENDENT", "DEVICE", "ENV", "INDEX_OPS", "INFRASTRUCTURE", "LOG_LEVEL",
+    "QUIET_LOG_LEVELS", "RANK", "STEADY_FROM", "SYNC_OPS", "WARNING_SWITCHES", "WARN_OPS", "Bucket", "Model",
+    "active", "most_first", "report", "start", "start_from_environment", "steady_compiles", "steady_state",
     "warnings_silenced",
 ]
 
@@ -76,24 +78,32 @@ WARN_OPS: Dict[str, frozenset[str]] = {
     "IndexSelectKernelNpu.cpp": frozenset({"index_select", "index_select.out"}),
 }
 DEVICE = "npu"
-# The kernels the simulator registers whatever the table (kInfrastructure in sim/csrc/sim_backend.cpp).
+# The kernels the simulator registers whatever the table: kInfrastructure in sim/csrc/sim_backend.cpp
+# (tests/unit/test_paths_model.py reads it there).
 INFRASTRUCTURE = frozenset({
-    "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize_", "as_strided",
-    "set_.source_Storage_storage_offset", "view", "_reshape_alias",
+    "is_pinned", "_pin_memory", "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
+    "resize_", "as_strided", "set_.source_Storage_storage_offset", "set_.source_Storage",
+    "set_.source_Tensor", "view", "_reshape_alias",
 })
+# What silences torch_npu's warnings, as warnings_silenced() in sim/csrc/sim_backend.cpp reads it
+# (tests/unit/test_paths_model.py reads it there): a RANK other than 0, a switch set to 1, a log level.
+RANK = "RANK"
+WARNING_SWITCHES = ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE")
+LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
+QUIET_LOG_LEVELS = ("ERROR", "FATAL", "2", "3")
 
 
 def warnings_silenced(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether torch_npu's warnings are off: the rule of the simulator's CAUTION line
     (``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp``), read at each warning as it is."""
     environ = os.environ if environ is None else environ
-    rank = environ.get("RANK")
+    rank = environ.get(RANK)
     if rank and rank != "0":
         return True
-    if environ.get("TORCH_NPU_DISABLED_WARNING") == "1" or environ.get("TORCH_NPU_WARNING_DISABLE") == "1":
+    if any(environ.get(switch) == "1" for switch in WARNING_SWITCHES):
         return True
-    level = environ.get("TORCH_CPP_LOG_LEVEL")
-    return level is not None and level.upper() in ("ERROR", "FATAL", "2", "3")
+    level = environ.get(LOG_LEVEL)
+    return level is not None and level.upper() in QUIET_LOG_LEVELS
 
 
 class Bucket:
@@ -107,19 +117,30 @@ class Bucket:
         self.sync_sites: collections.Counter[str] = collections.Counter()
         self.warnings: collections.Counter[str] = collections.Counter()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Counts:
         return {
             "would_compile": sum(self.compiles.values()), "host_syncs": sum(self.syncs.values()),
             "warnings_64bit": sum(self.warnings.values()), "paths": dict(sorted(self.paths.items())),
-            "would_compile_by_op": _sorted(self.compiles),
-            "would_compile_by_site": _sorted(self.compile_sites),
-            "host_syncs_by_op": _sorted(self.syncs), "host_syncs_by_site": _sorted(self.sync_sites),
-            "warnings_64bit_by_site": _sorted(self.warnings),
+            "would_compile_by_op": most_first(self.compiles),
+            "would_compile_by_site": most_first(self.compile_sites),
+            "host_syncs_by_op": most_first(self.syncs), "host_syncs_by_site": most_first(self.sync_sites),
+            "warnings_64bit_by_site": most_first(self.warnings),
         }
 
 
-def _sorted(counter: collections.Counter[str]) -> Dict[str, int]:
+def most_first(counter: Mapping[str, int]) -> Dict[str, int]:
+    """``counter`` as a dict, the largest count first (ties by name)."""
     return dict(sorted(counter.items(), key=lambda item: (-item[1], item[0])))
+
+
+class _Run:
+    """One ``generate()`` call: its steps so far, what ran after the last one, where, which mode."""
+
+    def __init__(self, site: str) -> None:
+        self.steps: List[Bucket] = []
+        self.after: Optional[Bucket] = None
+        self.site = site
+        self.mode: Optional[str] = None
 
 
 class Model:
@@ -132,10 +153,10 @@ class Model:
         self.names: Dict[Any, str] = {}
         self.outside = Bucket()
         self.totals = Bucket()
-        self.runs: List[dict[str, Any]] = []
+        self.runs: List[_Run] = []
         self.depth = 0
         self.current: Optional[Bucket] = None
-        self.warned: Dict[Tuple[str, int], dict[str, Any]] = {}
+        self.warned: Dict[Tuple[str, int], Warning64Record] = {}
         self.errors: List[str] = []
         self.roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
 
@@ -143,23 +164,23 @@ class Model:
     def enter_generate(self, site: str = "<unknown>") -> None:
         self.depth += 1
         if self.depth == 1:
-            self.runs.append({"steps": [], "site": site, "mode": None})
+            self.runs.append(_Run(site))
             self.current = Bucket()
 
     def generation_mode(self, mode: str) -> None:
         """The decoding mode transformers chose for the ``generate()`` call running now."""
-        if self.depth >= 1 and self.runs and self.runs[-1].get("mode") is None:
-            self.runs[-1]["mode"] = mode
+        if self.depth >= 1 and self.runs and self.runs[-1].mode is None:
+            self.runs[-1].mode = mode
 
     def step_done(self) -> None:
         if self.depth >= 1 and self.current is not None:
-            self.runs[-1]["steps"].append(self.current)
+            self.runs[-1].steps.append(self.current)
             self.current = Bucket()
 
     def exit_generate(self) -> None:
         self.depth -= 1
         if self.depth == 0 and self.current is not None:
-            self.runs[-1]["after"] = self.current
+            self.runs[-1].after = self.current
             self.current = None
 
     def bucket(self) -> Bucket:
@@ -240,12 +261,12 @@ class Model:
         return "<unknown>"
 
     # --- report ------------------------------------------------------------------------------
-    def report(self) -> dict[str, Any]:
-        runs = []
+    def report(self) -> PathsReport:
+        runs: List[RunReport] = []
         for run in self.runs:
-            steps = [bucket.to_json() for bucket in run["steps"]]
-            runs.append({"steps": steps, "after": run.get("after", Bucket()).to_json(),
-                         "steady": steady_state(steps), "site": run.get("site"), "mode": run.get("mode")})
+            steps = [bucket.to_json() for bucket in run.steps]
+            runs.append({"steps": steps, "after": (run.after or Bucket()).to_json(),
+                         "steady": steady_state(steps), "site": run.site, "mode": run.mode})
         return {
             "soc": compile_mode.soc(), "soc_assumed": compile_mode.soc_assumed(),
             "jit_compile": compile_mode.jit_compile(), "jit_compile_set": compile_mode.jit_compile_set(),
@@ -256,26 +277,41 @@ class Model:
         }
 
 
-def steady_state(steps: List[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def steady_state(steps: List[Counts]) -> Optional[Steady]:
     """Per-step minimum and maximum of each count over the steps from :data:`STEADY_FROM` on."""
     tail = steps[STEADY_FROM:]
     if not tail:
         return None
-    found: Dict[str, Any] = {"steps": len(tail), "first": STEADY_FROM}
-    for key in ("would_compile", "host_syncs", "warnings_64bit"):
-        values = [step[key] for step in tail]
-        found[key] = {"min": min(values), "max": max(values), "total": sum(values)}
-    return found
+    return {"steps": len(tail), "first": STEADY_FROM,
+            "would_compile": _span([step["would_compile"] for step in tail]),
+            "host_syncs": _span([step["host_syncs"] for step in tail]),
+            "warnings_64bit": _span([step["warnings_64bit"] for step in tail])}
 
 
-def _guard_record() -> Dict[str, Any]:
+def _span(values: List[int]) -> Span:
+    return {"min": min(values), "max": max(values), "total": sum(values)}
+
+
+def steady_compiles(found: PathsReport) -> Tuple[int, Dict[str, int]]:
+    """The would-be online compiles in the steady state of every ``generate()`` of ``found`` (the
+    steps from :data:`STEADY_FROM` on): how many, and how many of each op, most first."""
+    count = 0
+    by_op: collections.Counter[str] = collections.Counter()
+    for run in found["generate"]:
+        for step in run["steps"][STEADY_FROM:]:
+            count += step["would_compile"]
+            by_op.update(step["would_compile_by_op"])
+    return count, most_first(by_op)
+
+
+def _guard_record() -> GuardRecord:
     """What the startup hook's compile-mode guard did in this process, and why: its decision
     (``ascend_env.hook.compile_guard.Decision``), or why it never decided."""
     from ascend_env.hook import files
 
     if files.running() is None:
         return {"ran": False, "why": "the startup hook is not installed in this Python"}
-    from ascend_env import runtime
+    from ascend_env.hook import runtime
 
     status = runtime.status()
     if status["disabled"]:
@@ -283,7 +319,7 @@ def _guard_record() -> Dict[str, Any]:
     decision = status["compile_guard"]
     if decision is None:
         return {"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"}
-    return dict(decision, ran=True)
+    return cast(GuardRecord, dict(decision, ran=True))
 
 
 def _package_root(name: str) -> str:
@@ -448,10 +484,10 @@ def start() -> Model:
             + str(len(oppaths.releases())) + " known releases)",
         )
     compile_mode.soc()  # a bad $ASCEND_ENV_SOC fails here, before anything runs
-    model = Model(data, frozenset(sim._STATE.get("ops", frozenset())))  # type: ignore[call-overload]
+    model = Model(data, sim.enabled_ops())
     _MODEL.append(model)
     _push_mode(model)
-    _hook_transformers(model)
+    steps.listen(model)
     return model
 
 
@@ -464,7 +500,7 @@ def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> bool:
     return True
 
 
-def report() -> Optional[dict[str, Any]]:
+def report() -> Optional[PathsReport]:
     """The per-process report (``None`` if the model never started)."""
     model = active()
     return model.report() if model is not None else None
@@ -487,348 +523,3 @@ def _push_mode(model: Model) -> None:
             return func(*args, **kwargs)
 
     PathsMode().__enter__()  # type: ignore[no-untyped-call]
-
-
-# --------------------------------------------------------------------------- transformers hooks
-
-def _hook_transformers(model: Model) -> None:
-    """Wrap ``StoppingCriteriaList.__call__`` and ``GenerationMixin.generate`` now if transformers
-    is imported, else as soon as their modules are."""
-    targets = {
-        "transformers.generation.stopping_criteria": functools.partial(_wrap_stopping, model),
-        "transformers.generation.utils": functools.partial(_wrap_generate, model),
-        "transformers.generation.configuration_utils": functools.partial(_wrap_mode, model),
-    }
-    pending = {}
-    for name, wrap in targets.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            wrap(module)
-        else:
-            pending[name] = wrap
-    if pending:
-        importhooks.ImportWatcher({name: _ignoring_specs(wrap) for name, wrap in pending.items()}).install()
-
-
-def _ignoring_specs(wrap: Callable[[Any], None]) -> importhooks.Callback:
-    """An import watcher's callback that wraps the module, whatever the count of specs."""
-    return lambda module, _specs: wrap(module)
-
-
-def _wrap_stopping(model: Model, module: Any) -> None:
-    cls = getattr(module, "StoppingCriteriaList", None)
-    if cls is None or getattr(cls.__call__, "_ascend_env_paths", False):
-        return
-    original = cls.__call__
-
-    @functools.wraps(original)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.step_done()
-
-    call._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.__call__ = call
-
-
-def _wrap_generate(model: Model, module: Any) -> None:
-    cls = getattr(module, "GenerationMixin", None)
-    if cls is None or getattr(cls.generate, "_ascend_env_paths", False):
-        return
-    original = cls.generate
-
-    @functools.wraps(original)
-    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        model.enter_generate(model.site())
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.exit_generate()
-
-    generate._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.generate = generate
-
-
-def _wrap_mode(model: Model, module: Any) -> None:
-    """Record the decoding mode of each ``generate()`` call from ``GenerationConfig.get_generation_mode``
-    (transformers >= 4.39: ``generate`` calls it once; older releases leave the mode unknown)."""
-    cls = getattr(module, "GenerationConfig", None)
-    if cls is None or not hasattr(cls, "get_generation_mode"):
-        return
-    if getattr(cls.get_generation_mode, "_ascend_env_paths", False):
-        return
-    original = cls.get_generation_mode
-
-    @functools.wraps(original)
-    def get_generation_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
-        mode = original(self, *args, **kwargs)
-        model.generation_mode(str(getattr(mode, "value", mode)))
-        return mode
-
-    get_generation_mode._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.get_generation_mode = get_generation_mode
-
-
-# ----------------------------------------------------------------- the audit's side (no torch)
-
-FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit")
-MACHINE_SOC_ENV = compile_guard.SOC_VARIABLE  # the machine's SoC, as the guard reads it
-
-
-def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
-    """``--fail-on fallbacks,compiles,...``: the findings that fail the audit (default fallbacks)."""
-    from ascend_env.exceptions import UsageError
-
-    if text is None:
-        return ("fallbacks",)
-    chosen = tuple(part.strip().lower() for part in text.split(",") if part.strip())
-    bad = [part for part in chosen if part not in FAIL_ON]
-    if bad or not chosen:
-        raise UsageError(
-            f"--fail-on {text!r}: unknown finding{'s' if len(bad) != 1 else ''} {', '.join(map(repr, bad))}."
-            if bad else "--fail-on needs at least one finding.",
-            "use a comma-separated list of " + ", ".join(FAIL_ON) + " (e.g. --fail-on fallbacks,compiles)",
-        )
-    return chosen
-
-
-def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None,
-               npu_smi: Optional[Callable[[], str]] = None) -> Dict[str, Any]:
-    """The SoC to simulate: ``--soc``, else the machine's (``$ASCEND_ENV_SOC``, else ``npu-smi
-    info`` as ``detect`` and the compile-mode guard read it; ``npu_smi`` stands in for running it),
-    else :data:`compile_mode.DEFAULT_SOC`, assumed. An unknown name raises UsageError listing the
-    known."""
-    from ascend_env.detect import socs
-
-    environ = os.environ if environ is None else environ
-    if soc:
-        return {"name": socs.canonical(soc), "assumed": False, "from": "--soc"}
-    machine = environ.get(MACHINE_SOC_ENV)
-    if machine:
-        return {"name": socs.canonical(machine), "assumed": False, "from": f"${MACHINE_SOC_ENV}"}
-    found, source = compile_guard.machine_soc(environ, npu_smi)
-    if found is not None:
-        return {"name": found, "assumed": False, "from": source}
-    return {"name": compile_mode.DEFAULT_SOC, "assumed": True, "from": "assumed"}
-
-
-COUNTS = ("would_compile", "host_syncs", "warnings_64bit")
-STEP_KEYS = COUNTS + ("would_compile_by_op", "host_syncs_by_site")
-
-
-def summarize(reports: List[dict[str, Any]], soc: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-    """The paths findings of every process that modelled them, for the audit's report; ``soc`` is
-    the audit's :func:`choose_soc` (the processes cannot tell an assumed SoC from a chosen one)."""
-    totals: Dict[str, collections.Counter[str]] = {key: collections.Counter() for key in (
-        "would_compile_by_op", "would_compile_by_site", "host_syncs_by_op", "host_syncs_by_site")}
-    warnings: List[dict[str, Any]] = []
-    runs: List[dict[str, Any]] = []
-    processes = [r for r in reports if isinstance(r.get("paths"), dict)]
-    for report in processes:
-        data = report["paths"]
-        for key, counter in totals.items():
-            counter.update(data["totals"].get(key, {}))
-        warnings += [dict(w, pid=report.get("pid")) for w in data.get("warnings_64bit", [])]
-        for run in data.get("generate", []):
-            steps = [dict({key: step[key] for key in STEP_KEYS}, step=index)
-                     for index, step in enumerate(run["steps"])]
-            runs.append({"pid": report.get("pid"), "site": run.get("site"), "mode": run.get("mode"),
-                         "steps": steps, "steady": run["steady"],
-                         "after_last_step": {key: run["after"][key] for key in COUNTS}})
-    first = processes[0]["paths"] if processes else {}
-    return {
-        "soc": soc["name"] if soc else first.get("soc"),
-        "soc_assumed": soc["assumed"] if soc else first.get("soc_assumed"),
-        "jit_compile_at_exit": first.get("jit_compile"), "op_paths": first.get("op_paths"),
-        "op_paths_source": first.get("op_paths_source"), "steady_from": STEADY_FROM,
-        "processes": len(processes),
-        "would_compile": sum(totals["would_compile_by_op"].values()),
-        "host_syncs": sum(totals["host_syncs_by_op"].values()),
-        **{key: _sorted(counter) for key, counter in totals.items()},
-        "warnings_64bit": warnings, "generate": runs,
-        "errors": [e for r in processes for e in r["paths"].get("errors", [])],
-        "compile_guard": _guards(processes),
-    }
-
-
-def _guards(processes: List[dict[str, Any]]) -> List[dict[str, Any]]:
-    """What the compile guard did, once per distinct decision, with the pids where it was taken."""
-    found: Dict[str, dict[str, Any]] = {}
-    for report in processes:
-        guard = report["paths"].get("compile_guard")
-        if not isinstance(guard, dict):
-            continue
-        key = repr(sorted((k, repr(v)) for k, v in guard.items()))
-        found.setdefault(key, dict(guard, pids=[]))["pids"].append(report.get("pid"))
-    return list(found.values())
-
-
-def failing(summary: dict[str, Any], fail_on: Tuple[str, ...]) -> List[str]:
-    """The chosen paths findings present: ``compiles`` / ``syncs`` count the steady state of each
-    ``generate()`` (every op when none ran); ``64bit`` any 64-bit warning."""
-    found = []
-    for kind, key in (("compiles", "would_compile"), ("syncs", "host_syncs")):
-        if kind not in fail_on:
-            continue
-        steady = [run["steady"] for run in summary["generate"] if run["steady"]]
-        count = sum(s[key]["total"] for s in steady) if steady else summary[key]
-        if count:
-            found.append(kind)
-    if "64bit" in fail_on and summary["warnings_64bit"]:
-        found.append("64bit")
-    return found
-
-
-def _steady_count(summary: dict[str, Any], key: str) -> int:
-    steady = [run["steady"] for run in summary["generate"] if run["steady"]]
-    return sum(s[key]["total"] for s in steady) if steady else int(summary[key])
-
-
-def failing_text(summary: dict[str, Any], failing: List[str]) -> str:
-    """The failing paths findings in words, for the verdict line."""
-    words = []
-    where = "in the steady state of generate()" if any(r["steady"] for r in summary["generate"]) else "in all"
-    if "compiles" in failing:
-        words.append(f"{_steady_count(summary, 'would_compile')} would-be online compiles {where} "
-                     f"on {summary['soc']} (--fail-on compiles)")
-    if "syncs" in failing:
-        words.append(f"{_steady_count(summary, 'host_syncs')} host syncs {where} (--fail-on syncs)")
-    if "64bit" in failing:
-        words.append(f"{len(summary['warnings_64bit'])} 64-bit slow-path warnings (--fail-on 64bit)")
-    return "; ".join(words)
-
-
-def guard_text(guard: Mapping[str, Any]) -> str:
-    """Why the compile guard did or did not act, from one of :func:`summarize`'s ``compile_guard``."""
-    if not guard.get("ran"):
-        return f"did not run: {guard.get('why')}"
-    if guard.get("applied"):
-        return f"acted: JIT compile turned off ({guard.get('reason')})"
-    if guard.get("error"):
-        return f"failed: {guard['error']}"
-    reason = str(guard.get("reason") or "")
-    if reason.startswith("no binary kernels"):
-        return (f"did not act: this machine has {reason} (the guard reads this machine's CANN, not the "
-                "simulated SoC's)")
-    return f"did not act: {reason}"
-
-
-def fix_line(summary: dict[str, Any], failing: List[str]) -> str:
-    """What to do about the failing paths findings (as verify's compile-mode check says it)."""
-    if "compiles" in failing or "64bit" in failing:
-        guards = summary.get("compile_guard") or []
-        guard = guards[0] if guards else {"ran": False, "why": "no process reported it"}
-        soc = str(summary.get("soc") or "")
-        family = socs_family(soc)
-        reason = str(guard.get("reason") or "")
-        if guard.get("applied"):
-            return ("the guard turned JIT compile off and the code turned it back on: drop that "
-                    "torch_npu.npu.set_compile_mode(jit_compile=True) call")
-        if not guard.get("ran") and "not installed" in str(guard.get("why")):
-            return ("run: python -m ascend_env install (its startup hook turns JIT compile off where the "
-                    "binary kernels are installed)")
-        if not guard.get("ran") and "never imported" in str(guard.get("why")):
-            return "import torch_npu in the script (the startup hook's guard runs when torch_npu is imported)"
-        if reason.startswith("no binary kernels"):
-            return (f"on the {soc} machine, install the binary kernels (Ascend-cann-kernels-{family}): the "
-                    "startup hook then turns JIT compile off; to model that here, point ASCEND_TOOLKIT_HOME "
-                    "at a toolkit that has them")
-        if reason.startswith("turned off"):
-            return ("run python -m ascend_env install without --no-compile-guard, with "
-                    "ASCEND_ENV_COMPILE_GUARD unset")
-        return ("call torch_npu.npu.set_compile_mode(jit_compile=False) where the binary kernels are "
-                "installed, or let the startup hook do it (python -m ascend_env install)")
-    return ("read the host syncs by call site above: move each device-to-host read (item(), .cpu(), "
-            "if tensor:) out of the decoding loop")
-
-
-def socs_family(soc: str) -> str:
-    """The binary-kernel package's family of ``soc`` (``910a``), or ``<soc>`` when unknown."""
-    from ascend_env.detect import socs
-
-    return socs.family(soc).lower() if soc and socs.lookup(soc) else "<soc>"
-
-
-def format_text(summary: dict[str, Any], limit: int = 8) -> List[str]:
-    """The report's lines about the dispatch paths."""
-    soc = summary["soc"] or "?"
-    assumed = f" (assumed: pass --soc, or set ${MACHINE_SOC_ENV})" if summary["soc_assumed"] else ""
-    jit = "on" if summary["jit_compile_at_exit"] else "off"
-    lines = [
-        f"dispatch paths on SoC {soc}{assumed}, JIT compile {jit}"
-        f" at exit; op paths of torch_npu {summary['op_paths']} from {summary['op_paths_source']}",
-        f"  {summary['would_compile']} would compile (new acl_op keys with JIT on; a simulated count, not a "
-        f"hardware measurement), {summary['host_syncs']} host syncs",
-    ]
-    for warning in summary["warnings_64bit"]:
-        lines.append(f"  64-bit warning {warning['file']}:{warning['line']} ({warning['op']}, "
-                     f"{warning['count']}x, first at {warning['site']})"
-                     f"{'' if warning['printed'] else ' [silenced]'}")
-    titles = collections.Counter((r["pid"], r.get("site"), r.get("mode")) for r in summary["generate"])
-    seen: collections.Counter[Any] = collections.Counter()
-    for run in summary["generate"]:
-        same = (run["pid"], run.get("site"), run.get("mode"))
-        seen[same] += 1
-        lines += _format_run(run, f", call {seen[same]} of {titles[same]}" if titles[same] > 1 else "")
-    tables = (("would compile by op", "would_compile_by_op"), ("host syncs by op", "host_syncs_by_op"),
-              ("host syncs by call site", "host_syncs_by_site"),
-              ("would compile by call site", "would_compile_by_site"))
-    for title, key in tables:
-        items = list(summary[key].items())
-        if not items:
-            continue
-        lines.append(f"  {title}:")
-        width = max(len(name) for name, _ in items[:limit])
-        lines += [f"    {name.ljust(width)}  {count}" for name, count in items[:limit]]
-        if len(items) > limit:
-            lines.append(f"    ... {len(items) - limit} more (see --json)")
-    for error in summary["errors"]:
-        lines.append(f"  the model failed on an op: {error}")
-    for guard in summary.get("compile_guard") or []:
-        pids = guard.get("pids") or []
-        where = "" if len(pids) <= 1 else f" (in {len(pids)} processes)"
-        lines.append(f"  compile guard{where}: {guard_text(guard)}")
-    if _steady_count(summary, "would_compile") or summary["warnings_64bit"]:
-        lines.append(f"  fix: {fix_line(summary, ['compiles'])}")
-    elif _steady_count(summary, "host_syncs"):
-        lines.append(f"  fix: {fix_line(summary, ['syncs'])}")
-    return lines
-
-
-def _span(counts: dict[str, Any]) -> str:
-    return str(counts["min"]) if counts["min"] == counts["max"] else f"{counts['min']}-{counts['max']}"
-
-
-def _format_run(run: dict[str, Any], call: str = "") -> List[str]:
-    steps = run["steps"]
-    mode = run.get("mode") or "decoding mode unknown"
-    lines = [f"  generate() at {run.get('site') or '<unknown>'} ({mode}, pid {run['pid']}{call}): "
-             f"{len(steps)} steps (steady state from step {STEADY_FROM})",
-             "    step     would compile  host syncs  64-bit"]
-    index = 0
-    while index < len(steps):
-        row = (steps[index]["would_compile"], steps[index]["host_syncs"], steps[index]["warnings_64bit"])
-        end = index
-        while index >= STEADY_FROM and end + 1 < len(steps) and (
-                steps[end + 1]["would_compile"], steps[end + 1]["host_syncs"],
-                steps[end + 1]["warnings_64bit"]) == row:
-            end += 1
-        label = str(index) if end == index else f"{index}-{end}"
-        each = "" if end == index else " each"
-        lines.append(f"    {label.ljust(8)} {row[0]:>13}  {row[1]:>10}  {row[2]:>6}{each}")
-        index = end + 1
-    steady = run["steady"]
-    if steady:
-        compiles = steady["would_compile"]
-        syncs = steady["host_syncs"]
-        lines.append(f"    steady state (steps {STEADY_FROM}-{len(steps) - 1}): "
-                     f"{_span(compiles)} would compile and {_span(syncs)} host syncs per step")
-        last = steps[-1]
-        if last["host_syncs_by_site"]:
-            lines.append("    host syncs of step " + str(len(steps) - 1) + ": " + ", ".join(
-                f"{site} ({count})" for site, count in last["host_syncs_by_site"].items()))
-        if last["would_compile_by_op"]:
-            lines.append("    would compile in step " + str(len(steps) - 1) + ": " + ", ".join(
-                f"{op} ({count})" for op, count in last["would_compile_by_op"].items()))
-    return lines

@@ -1,6 +1,7 @@
 """The audited process's simulator: started by :mod:`ascend_env._audited` once torch has executed.
 
-The audit passes its choices in the environment:
+The audit passes its choices in the environment (the names below; ``ASCEND_ENV_AUDIT_REPORTS``,
+where each process reports, is :mod:`ascend_env._audited`'s):
 
 - ``ASCEND_ENV_AUDIT_TORCH_NPU``: the torch_npu release whose op table to run, or
 - ``ASCEND_ENV_AUDIT_OPLISTS``: a torch_npu package directory whose YAML op lists to run
@@ -9,51 +10,53 @@ The audit passes its choices in the environment:
 - ``ASCEND_ENV_AUDIT_AUTOLOAD=1``: the simulated release is loaded by ``import torch`` itself;
 - ``ASCEND_ENV_AUDIT_PATHS=1``: model torch_npu's dispatch paths (``ascend_env.sim.paths``), with
   the SoC of ``ASCEND_ENV_SOC``; the model's findings join the last report (``"paths"``);
-- ``ASCEND_ENV_AUDIT_REPORTS``: where each process writes its report (:mod:`ascend_env._audited`).
 
 **Autoload.** torch >= 2.5 loads every ``torch.backends`` entry point at the end of ``import
 torch`` (``_import_device_backends`` in torch/__init__.py, unless
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), and torch_npu >= 2.5.1 has one (``torch_npu =
 torch_npu:_autoload`` in Ascend/pytorch's setup.py, v2.5.1-7.0.0, f1826dc29d23): there ``import
 torch`` alone makes the npu device. An older torch_npu must be imported by the program; a script
-that only imports torch fails on a real NPU. So where the simulated release autoloads, :func:`start`
-imports the simulated torch_npu right after enabling (by ``importlib``, so that the startup hook
-hears of it by its import); elsewhere it leaves that to the program, and the process's last report
-says whether it used the npu device without torch_npu (the audit's finding).
+that only imports torch fails on a real NPU. So where the simulated release autoloads,
+:func:`autoload` imports the simulated torch_npu once the process's report says the simulator runs
+(by ``importlib``, so that the startup hook hears of it by its import); elsewhere it leaves that to
+the program, and the process's last report says whether it used the npu device without torch_npu
+(the audit's finding, :func:`last_facts`).
+
+This module never imports :mod:`ascend_env._audited`: the reporter there calls :func:`start`,
+:func:`counts`, :func:`last_facts` and :func:`autoload`, and writes what they return.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import List, Mapping, NamedTuple, Optional
 
-from ascend_env._audited import (
-    AUTOLOAD,
-    FALLBACK_DISABLE,
-    LABEL,
-    OPLISTS,
-    POLL_SECONDS,
-    REPORTS,
-    TORCH_NPU,
-    Reporter,
-    current,
-    install,
-)
+from ascend_env import sim
+from ascend_env.sim.reports import LastFacts
 
 __all__ = [
-    "AUTOLOAD", "FALLBACK_DISABLE", "LABEL", "OPLISTS", "POLL_SECONDS", "REPORTS", "TORCH_NPU", "Reporter",
-    "current", "enable", "install", "start",
+    "AUTOLOAD", "FALLBACK_DISABLE", "LABEL", "OPLISTS", "TORCH_NPU", "VARIABLES", "Started", "autoload",
+    "counts", "enable", "last_facts", "start",
 ]
+
+TORCH_NPU = "ASCEND_ENV_AUDIT_TORCH_NPU"
+OPLISTS = "ASCEND_ENV_AUDIT_OPLISTS"
+LABEL = "ASCEND_ENV_AUDIT_LABEL"
+FALLBACK_DISABLE = "ASCEND_ENV_AUDIT_FALLBACK_DISABLE"
+#: ``1`` where the simulated release is loaded by ``import torch`` itself, as torch_npu >= 2.5.1
+#: is through torch's ``torch.backends`` entry point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``).
+AUTOLOAD = "ASCEND_ENV_AUDIT_AUTOLOAD"
+#: The variables that choose the simulated table (``ascend_env.checks.tables.choose_table``).
+VARIABLES = (TORCH_NPU, OPLISTS, LABEL, FALLBACK_DISABLE, AUTOLOAD)
 
 
 def enable(table: Mapping[str, str]) -> None:
     """Enable the simulated NPU that ``table`` names (the variables that
-    :func:`ascend_env.checks.audit.choose_table` picks: a release's table, or an installed
+    :func:`ascend_env.checks.tables.choose_table` picks: a release's table, or an installed
     torch_npu's op lists), and make ``import torch_npu`` find the simulated package."""
-    from ascend_env import sim
-
     if table.get(OPLISTS):
         from ascend_env.detect import npu_oplists as oplists
 
@@ -64,26 +67,34 @@ def enable(table: Mapping[str, str]) -> None:
     sim.add_torch_npu_to_path()
 
 
-def start(environ: Mapping[str, str], reporter: Reporter) -> None:
-    """Run this process on the simulated NPU as the audit asked, reporting to ``reporter``:
-    enable the simulator, start the dispatch-path model if asked, and import the simulated
-    torch_npu where the release autoloads (with torch's own mechanism present)."""
-    from ascend_env import sim
+class Started(NamedTuple):
+    """The simulator as :func:`start` left it: the table it runs, and whether the simulated
+    torch_npu loads itself with ``import torch`` here (:func:`autoload` then imports it)."""
+
+    table: Optional[str]
+    autoload: bool
+
+
+def start(environ: Mapping[str, str]) -> Started:
+    """Run this process on the simulated NPU as the audit asked: enable the simulator and start
+    the dispatch-path model if asked."""
     from ascend_env.sim import paths
 
     enable(environ)
     paths.start_from_environment(environ)
-    autoload = environ.get(AUTOLOAD) == "1" and _torch_autoloads()
-    with reporter.lock:
-        reporter.counts = sim.fallbacks
-        reporter.table = sim.enabled_table()
-        reporter.torch = True
-        reporter.facts["autoload"] = autoload
-        reporter.extra = _last_facts
-    reporter.write(force=True)
-    reporter.start_polling()
-    if autoload and "torch_npu" not in sys.modules:
+    return Started(sim.enabled_table(), environ.get(AUTOLOAD) == "1" and _torch_autoloads())
+
+
+def autoload(started: Started) -> None:
+    """Import the simulated torch_npu where the release autoloads (with torch's own mechanism
+    present) and the program has not imported it yet."""
+    if started.autoload and "torch_npu" not in sys.modules:
         importlib.import_module("torch_npu")
+
+
+def counts() -> collections.Counter[str]:
+    """The fallbacks counted in this process so far (:func:`ascend_env.sim.fallbacks`)."""
+    return sim.fallbacks()
 
 
 def _torch_autoloads() -> bool:
@@ -92,10 +103,10 @@ def _torch_autoloads() -> bool:
     return torch is not None and hasattr(torch, "_import_device_backends")
 
 
-def _last_facts() -> Dict[str, Any]:
-    """What the last report adds: the dispatch-path model's findings, whether the process used
-    the npu device, and how the startup hook heard of torch_npu (where the hook runs)."""
-    facts: Dict[str, Any] = {"npu_used": _npu_used()}
+def last_facts() -> LastFacts:
+    """What the last report adds: whether the process used the npu device, the dispatch-path
+    model's findings, and how the startup hook heard of torch_npu (where the hook runs)."""
+    facts: LastFacts = {"npu_used": _npu_used()}
     paths = sys.modules.get("ascend_env.sim.paths")
     modelled = None if paths is None else paths.report()
     if modelled is not None:
@@ -106,25 +117,17 @@ def _last_facts() -> Dict[str, Any]:
 
 def _npu_used() -> bool:
     """Whether this process put anything on the npu device (memory, or an op that fell back)."""
-    from ascend_env import sim
     from ascend_env.sim import device
 
     return device.max_memory_allocated() > 0 or device.memory_allocated() > 0 or bool(sim.fallbacks())
 
 
-def _hook_events() -> Optional[list[str]]:
-    """``ascend_env.runtime.status()["events"]`` where the startup hook runs; None where it does not."""
+def _hook_events() -> Optional[List[str]]:
+    """``ascend_env.hook.runtime.status()["events"]`` where the startup hook runs; None where it does not."""
     from ascend_env.hook import files
 
     if files.running() is None:
         return None
-    from ascend_env import runtime
+    from ascend_env.hook import runtime
 
     return list(runtime.status()["events"])
-
-
-def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> None:
-    """The audited process's start-up (:func:`ascend_env._audited.start_from_environment`)."""
-    from ascend_env import _audited
-
-    _audited.start_from_environment(environ)

@@ -1,4 +1,4 @@
-"""``audit`` follows the command's whole process tree (``ascend_env.checks.proctree``): Python
+"""``audit`` follows the command's whole process tree (``ascend_env.utils.proctree``): Python
 processes that ran outside the simulator, processes left behind, a killed audit. No torch needed:
 these commands never import it."""
 
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.checks import audit, proctree
+from ascend_env import sim
+from ascend_env.checks import audit, process_reports, tables
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.utils import proctree
 
 ROOT = str(Path(audit.__file__).resolve().parents[2])
 PY = sys.executable
@@ -97,7 +99,7 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     fake = tmp_path / "ascend_env"
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
-    path = f"PYTHONPATH={audit.SHIM_DIR}:{tmp_path}"
+    path = f"PYTHONPATH={sim.shim_path()}:{tmp_path}"
     code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", "env", path, PY, "-c", "pass"])
     report = json.loads(capsys.readouterr().out)
     assert code == 1
@@ -110,15 +112,6 @@ def test_forked_children_inherit_the_audit():
            "    os.waitpid(pid, 0)\n"
     with pytest.raises(EnvironmentProblem, match="4 Python processes ran, and none imported torch"):
         audit.run([PY, "-c", code], "2.4.0")
-
-
-@pytest.mark.parametrize("argv, flags", [
-    (["python", "-IS", "x.py"], "IS"), (["python", "-X", "dev", "-E", "-c", "pass"], "E"),
-    (["python", "-Wignore", "-s", "-m", "pip"], "s"), (["python", "-c", "-I"], ""),
-    (["python", "--", "-I"], ""), (["python", "-bB", "-OO", "x.py", "-I"], "bBOO"),
-])
-def test_python_flags(argv, flags):
-    assert proctree.python_flags(argv) == flags
 
 
 # ---------------------------------------------------------------- start-up cost: what a child imports
@@ -135,12 +128,12 @@ PROBE = textwrap.dedent(
 def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path):
     # Measured in bench/audit_startup.py; here, what it imports: none of torch, typing, threading,
     # json (its re and enum), collections or pathlib.
-    env = audit._audited_environment({"label": "2.4.0", audit.startup.TORCH_NPU: "2.4.0"}, tmp_path,
-                                     dict(os.environ, PYTHONPATH=ROOT))
+    base = dict(os.environ, PYTHONPATH=ROOT)
+    env = tables.audited_environment(tables.choose_table("2.4.0"), tmp_path, base)
     done = subprocess.run([PY, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60, check=True)
     loaded = set(ast.literal_eval(done.stdout))
     assert loaded == {"ascend_env", "ascend_env._audited", "ascend_env.utils", "ascend_env.utils.importhooks"}
-    (report,) = audit.collect(tmp_path)
+    (report,) = process_reports.collect(tmp_path)
     assert report["torch"] is False and report["end"] == {"how": "exit"} and report["table"] is None
 
 

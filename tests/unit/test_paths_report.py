@@ -1,4 +1,5 @@
-"""``audit --paths / --soc / --fail-on``: option handling and the report, without torch."""
+"""``audit --paths / --soc / --fail-on``: option handling and the report
+(``ascend_env.checks.paths_report``), without torch."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 
 import pytest
 
+from ascend_env.checks import paths_report
 from ascend_env.cli import main
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import paths
+from ascend_env.sim.reports import PathsReport, ProcessReport, RunReport
 
 
 def test_unknown_soc_exits_2_listing_the_known(capsys):
@@ -32,70 +35,61 @@ def test_unknown_release_exits_2(capsys):
 
 
 def test_fail_on_parsing():
-    assert paths.parse_fail_on(None) == ("fallbacks",)
-    assert paths.parse_fail_on("compiles, 64bit") == ("compiles", "64bit")
+    assert paths_report.parse_fail_on(None) == ("fallbacks",)
+    assert paths_report.parse_fail_on("compiles, 64bit") == ("compiles", "64bit")
     for bad in ("", "fallback", "compiles,,x"):
         with pytest.raises(UsageError):
-            paths.parse_fail_on(bad)
+            paths_report.parse_fail_on(bad)
 
 
 def test_soc_choice():
-    assert paths.choose_soc("910a", {}) == {"name": "Ascend910A", "assumed": False, "from": "--soc"}
-    assert paths.choose_soc(None, {"ASCEND_ENV_SOC": "310P"})["name"] == "Ascend310P3"
+    assert paths_report.choose_soc("910a", {}) == {"name": "Ascend910A", "assumed": False, "from": "--soc"}
+    assert paths_report.choose_soc(None, {"ASCEND_ENV_SOC": "310P"})["name"] == "Ascend310P3"
     assumed = {"name": "Ascend910B1", "assumed": True, "from": "assumed"}
-    assert paths.choose_soc(None, {}, no_npu_smi) == assumed
+    assert paths_report.choose_soc(None, {}, no_npu_smi) == assumed
     # The machine's own SoC, as npu-smi names it, where no variable says otherwise.
-    smi = paths.choose_soc(None, {}, lambda: "| 0     310P3         | OK     |\n")
+    smi = paths_report.choose_soc(None, {}, lambda: "| 0     310P3         | OK     |\n")
     assert smi == {"name": "Ascend310P3", "assumed": False, "from": "npu-smi info"}
 
 
-@pytest.mark.parametrize("environ, silenced", [
-    ({}, False), ({"RANK": "0"}, False), ({"RANK": ""}, False), ({"RANK": "1"}, True),
-    ({"TORCH_NPU_DISABLED_WARNING": "1"}, True), ({"TORCH_NPU_WARNING_DISABLE": "1"}, True),
-    ({"TORCH_NPU_WARNING_DISABLE": "0"}, False), ({"TORCH_CPP_LOG_LEVEL": "error"}, True),
-    ({"TORCH_CPP_LOG_LEVEL": "3"}, True), ({"TORCH_CPP_LOG_LEVEL": "WARNING"}, False),
-])
-def test_silencers_are_those_of_the_fallback_line(environ, silenced):
-    assert paths.warnings_silenced(environ) is silenced
-
-
-def report(steps, warnings=()):
+def report(steps, warnings=()) -> ProcessReport:
+    """A process's report of one generate() with these (would compile, host syncs) steps."""
     bucket = paths.Bucket().to_json()
-    step_json = []
-    for compiles, syncs in steps:
-        step = dict(bucket, would_compile=compiles, host_syncs=syncs, warnings_64bit=0)
-        step_json.append(step)
-    return {"pid": 7, "paths": {
-        "soc": "Ascend910A", "soc_assumed": False, "jit_compile": True, "op_paths": "2.1.0.post6",
-        "op_paths_source": "op-plugin x",
-        "totals": dict(bucket, would_compile_by_op={"cat": sum(c for c, _ in steps)}),
-        "warnings_64bit": list(warnings),
-        "generate": [{"steps": step_json, "after": bucket, "steady": paths.steady_state(step_json)}],
-    }}
+    step_json = [dict(bucket, would_compile=compiles, host_syncs=syncs, warnings_64bit=0)
+                 for compiles, syncs in steps]
+    run = RunReport(steps=step_json, after=bucket, steady=paths.steady_state(step_json), site=None, mode=None)
+    return ProcessReport(pid=7, paths=PathsReport(
+        soc="Ascend910A", soc_assumed=False, jit_compile=True, jit_compile_set=None, op_paths="2.1.0.post6",
+        op_paths_source="op-plugin x", steady_from=paths.STEADY_FROM,
+        totals=dict(bucket, would_compile_by_op={"cat": sum(c for c, _ in steps)}), outside_generate=bucket,
+        generate=[run], warnings_64bit=list(warnings), errors=[],
+        compile_guard={"ran": False, "why": "the startup hook is not installed in this Python"},
+    ))
 
 
 def test_failing_counts_the_steady_state_only():
-    prompt_only = paths.summarize([report([(50, 3), (40, 1), (0, 1), (0, 1)])])
-    assert paths.failing(prompt_only, ("compiles", "syncs", "64bit")) == ["syncs"]
-    every_step = paths.summarize([report([(50, 3), (40, 1), (9, 0), (9, 0)])])
-    assert paths.failing(every_step, ("compiles",)) == ["compiles"]
-    assert paths.failing(every_step, ("fallbacks",)) == []
+    prompt_only = paths_report.summarize([report([(50, 3), (40, 1), (0, 1), (0, 1)])])
+    assert paths_report.failing(prompt_only, ("compiles", "syncs", "64bit")) == ["syncs"]
+    every_step = paths_report.summarize([report([(50, 3), (40, 1), (9, 0), (9, 0)])])
+    assert paths_report.failing(every_step, ("compiles",)) == ["compiles"]
+    assert paths_report.failing(every_step, ("fallbacks",)) == []
 
 
 def test_text_collapses_equal_steady_steps():
-    summary = paths.summarize([report([(50, 3), (40, 1)] + [(9, 1)] * 5 + [(8, 1)])])
-    lines = paths.format_text(summary)
+    summary = paths_report.summarize([report([(50, 3), (40, 1)] + [(9, 1)] * 5 + [(8, 1)])])
+    lines = paths_report.format_text(summary)
     assert "    2-6                  9           1       0 each" in lines
     assert "    7                    8           1       0" in lines
     assert "    steady state (steps 2-7): 8-9 would compile and 1 host syncs per step" in lines
 
 
 def test_an_assumed_soc_is_said_to_be_assumed():
-    soc = paths.choose_soc(None, {}, no_npu_smi)
-    lines = paths.format_text(paths.summarize([report([(1, 1)])], soc))
+    soc = paths_report.choose_soc(None, {}, no_npu_smi)
+    lines = paths_report.format_text(paths_report.summarize([report([(1, 1)])], soc))
     assumed = "dispatch paths on SoC Ascend910B1 (assumed: pass --soc, or set $ASCEND_ENV_SOC)"
     assert lines[0].startswith(assumed)
-    chosen = paths.format_text(paths.summarize([report([(1, 1)])], paths.choose_soc("910A", {})))
+    soc = paths_report.choose_soc("910A", {})
+    chosen = paths_report.format_text(paths_report.summarize([report([(1, 1)])], soc))
     assert chosen[0].startswith("dispatch paths on SoC Ascend910A, JIT compile on")
 
 
@@ -105,11 +99,11 @@ def no_npu_smi() -> str:
 
 # ---------------------------------------------------------------- the report names each generate() table
 
-def run_of(site, mode, steps=((3, 1), (2, 1), (1, 1), (1, 1))):
+def run_of(site, mode, steps=((3, 1), (2, 1), (1, 1), (1, 1))) -> RunReport:
     bucket = paths.Bucket().to_json()
     step_json = [dict(bucket, would_compile=c, host_syncs=s, warnings_64bit=0) for c, s in steps]
-    return {"steps": step_json, "after": bucket, "steady": paths.steady_state(step_json), "site": site,
-            "mode": mode}
+    steady = paths.steady_state(step_json)
+    return RunReport(steps=step_json, after=bucket, steady=steady, site=site, mode=mode)
 
 
 def with_runs(runs, guard):
@@ -127,7 +121,8 @@ NO_KERNELS = {"ran": True, "apply": False, "applied": False, "error": None, "soc
 def test_each_generate_table_is_named_by_call_site_and_mode():
     runs = [run_of("chat.py:12", "greedy_search"), run_of("chat.py:12", "greedy_search"),
             run_of("chat.py:20", "sample"), run_of("chat.py:30", None)]
-    lines = paths.format_text(paths.summarize([with_runs(runs, NO_KERNELS)], paths.choose_soc("910A", {})))
+    summary = paths_report.summarize([with_runs(runs, NO_KERNELS)], paths_report.choose_soc("910A", {}))
+    lines = paths_report.format_text(summary)
     titles = [line for line in lines if line.startswith("  generate() ")]
     assert titles == [
         "  generate() at chat.py:12 (greedy_search, pid 7, call 1 of 2): 4 steps (steady state from step 2)",
@@ -155,20 +150,20 @@ def test_each_generate_table_is_named_by_call_site_and_mode():
      "fix: run python -m ascend_env install without --no-compile-guard"),
 ])
 def test_the_report_says_why_the_guard_did_or_did_not_act_and_ends_with_a_fix(guard, said, fix):
-    summary = paths.summarize([with_runs([run_of("chat.py:12", "greedy_search")], guard)],
-                              paths.choose_soc("910A", {}))
-    lines = paths.format_text(summary)
+    summary = paths_report.summarize([with_runs([run_of("chat.py:12", "greedy_search")], guard)],
+                              paths_report.choose_soc("910A", {}))
+    lines = paths_report.format_text(summary)
     assert any(line.startswith("  " + said) for line in lines), lines
     assert lines[-1].startswith("  " + fix)
-    assert paths.failing(summary, ("compiles",)) == ["compiles"]
-    assert paths.fix_line(summary, ["compiles"]) == lines[-1][len("  fix: "):]
-    assert paths.failing_text(summary, ["compiles"]) == (
+    assert paths_report.failing(summary, ("compiles",)) == ["compiles"]
+    assert paths_report.fix_line(summary, ["compiles"]) == lines[-1][len("  fix: "):]
+    assert paths_report.failing_text(summary, ["compiles"]) == (
         "2 would-be online compiles in the steady state of generate() on Ascend910A (--fail-on compiles)")
 
 
 def test_no_compiles_but_syncs_end_with_the_sync_fix():
     runs = [run_of("chat.py:12", "greedy_search", ((0, 2), (0, 2), (0, 2), (0, 2)))]
-    lines = paths.format_text(paths.summarize([with_runs(runs, NO_KERNELS)]))
+    lines = paths_report.format_text(paths_report.summarize([with_runs(runs, NO_KERNELS)]))
     assert lines[-1] == ("  fix: read the host syncs by call site above: move each device-to-host read "
                          "(item(), .cpu(), if tensor:) out of the decoding loop")
 
@@ -180,7 +175,7 @@ def test_the_simulated_soc_is_ascend_env_soc(monkeypatch):
 
     monkeypatch.delenv("ASCEND_ENV_SIM_SOC", raising=False)
     monkeypatch.setenv("ASCEND_ENV_SOC", "310P")
-    assert compile_mode.SOC_ENV == paths.MACHINE_SOC_ENV == "ASCEND_ENV_SOC"
+    assert compile_mode.SOC_ENV == paths_report.MACHINE_SOC_ENV == "ASCEND_ENV_SOC"
     assert compile_mode.soc() == "Ascend310P3" and not compile_mode.soc_assumed()
 
 

@@ -1,18 +1,19 @@
-"""The audited command's process tree, read from ``/proc`` (Linux): every process it started, which
-of them are Python, and how to stop them all. Standard library only: the audit's watchdog runs this
-file by its path (``python -I -S proctree.py watch ...``), without ascend_env on its path.
+"""A command's process tree, read from ``/proc`` (Linux): every process it started, which of them
+are Python, and how to stop them all. Standard library only: the watchdog runs this file by its
+path (``python -I -S proctree.py watch ...``), without ascend_env on its path.
 
 :class:`Tree` polls: each :meth:`Tree.poll` lists ``/proc`` and reads the ``stat`` of processes it
-has not met yet; a process whose parent is in the tree (or the audit itself, for orphans: the audit
+has not met yet; a process whose parent is in the tree (or the root itself, for orphans: the root
 is their *child subreaper*, ``PR_SET_CHILD_SUBREAPER``, so a daemon that double-forks or calls
 ``setsid`` is reparented to it, not to init) joins it. What polling cannot see: a process that
 starts and ends between two polls (``TICK`` apart) whose parent is not a reporting Python process.
 
-:func:`watch` is the watchdog: a process of its own (its own session, outside the tree), told
-each member of the tree on its stdin. When the audit ends normally it says ``done``; when its
-stdin reaches end of file without that, the audit is gone (a SIGKILL, a crash): it stops every
-member it was told of and every process whose environment names the report directory, then
-removes that directory.
+:func:`watch` is the watchdog (:mod:`ascend_env.utils.supervise` starts it): a process of its own
+(its own session, outside the tree), told each member of the tree on its stdin. When the
+supervisor ends normally it says ``done``; when its stdin reaches end of file without that, the
+supervisor is gone (a SIGKILL, a crash): it stops every member it was told of and every process
+whose environment names the scratch directory (``VARIABLE=DIRECTORY``), then removes that
+directory.
 """
 
 from __future__ import annotations
@@ -26,21 +27,16 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 __all__ = [
-    "Member", "Tree", "child_subreaper", "death_signal", "python_flags", "start_time", "stop",
-    "unaudited_reason", "watch",
+    "TICK", "Member", "Tree", "child_subreaper", "death_signal", "python_flags", "start_time", "stop",
+    "watch",
 ]
 
-#: How often the audit polls the tree.
+#: How often the supervisor polls the tree.
 TICK = 0.05
 # A Python interpreter's file name: python, python3, python3.11, python3.11d, python3.13t.
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 # Options of the python command line that take a value (the next argument, or the rest of this one).
 _WITH_VALUE = frozenset("XWQ")
-_FLAG_WHY = {
-    "I": "-I (isolated mode: PYTHONPATH is ignored, so the audit's sitecustomize never runs)",
-    "E": "-E (PYTHON* variables are ignored, PYTHONPATH among them: the audit's sitecustomize never runs)",
-    "S": "-S (no site module: no sitecustomize runs)",
-}
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -87,7 +83,7 @@ def _pair(entry: bytes) -> Tuple[str, str]:
 
 
 class Tree:
-    """The processes descended from ``root`` (the audit), but for those of ``exclude`` (the
+    """The processes descended from ``root`` (the supervisor), but for those of ``exclude`` (the
     watchdog); orphans reparented to ``root`` join if they started after ``since`` (the
     command's start, in clock ticks since boot)."""
 
@@ -100,7 +96,7 @@ class Tree:
         self.available = os.path.isdir("/proc")
 
     def poll(self, reported: Iterable[int] = ()) -> None:
-        """Look at ``/proc`` again; ``reported`` are pids known to run the audit's reporter (their
+        """Look at ``/proc`` again; ``reported`` are pids known to run a reporter of their own (their
         program is not read again)."""
         if not self.available:
             return
@@ -154,7 +150,7 @@ class Tree:
         return [m for m in self.members.values() if not m.ended and m.state not in ("Z", "X")]
 
     def zombie_orphans(self, keep: int) -> List[int]:
-        """Zombies whose parent is the audit (reparented orphans), but for ``keep`` (the command,
+        """Zombies whose parent is the root (reparented orphans), but for ``keep`` (the command,
         which subprocess reaps)."""
         return [m.pid for m in self.members.values()
                 if not m.ended and m.state == "Z" and m.ppid == self.root and m.pid != keep]
@@ -231,23 +227,6 @@ def python_flags(argv: List[str]) -> str:
     return flags
 
 
-def unaudited_reason(member: Member, shim: str, reports_variable: str) -> str:
-    """Why a Python process wrote no report: the option or environment that kept the audit's
-    ``sitecustomize`` from running, as far as its command line and environment tell."""
-    flags = python_flags(member.argv)
-    for letter in ("I", "E", "S"):
-        if letter in flags:
-            return _FLAG_WHY[letter]
-    if member.environ:
-        if reports_variable not in member.environ:
-            return f"its environment has no {reports_variable} (the command replaced the environment)"
-        path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
-        if shim not in path:
-            return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"
-    return ("it wrote no report (it ended as it started, or its Python could not run the audit's "
-            "sitecustomize)")
-
-
 def child_subreaper(on: bool) -> Optional[bool]:
     """Make this process the child subreaper of its descendants (``on``) or not; returns what it
     was before, or None where prctl is not available (not Linux)."""
@@ -269,7 +248,7 @@ def child_subreaper(on: bool) -> Optional[bool]:
 
 def death_signal(sig: int = signal.SIGKILL) -> Optional[Callable[[], None]]:
     """A ``preexec_fn`` that makes the child receive ``sig`` when the parent thread ends
-    (``PR_SET_PDEATHSIG``), so that the command does not outlive a killed audit; None where prctl
+    (``PR_SET_PDEATHSIG``), so that the command does not outlive a killed supervisor; None where prctl
     is not available. libc is looked up here, in the parent: the child only makes the call."""
     if not sys.platform.startswith("linux"):
         return None
@@ -289,10 +268,11 @@ def death_signal(sig: int = signal.SIGKILL) -> Optional[Callable[[], None]]:
 # ------------------------------------------------------------------------------- the watchdog
 
 
-def watch(reports: str, group: int, lines: Iterable[str], grace: float = 1.0) -> bool:
+def watch(scratch: str, variable: str, group: int, lines: Iterable[str], grace: float = 1.0) -> bool:
     """Read ``lines`` (``<pid> <start>`` per tree member, ``done`` at a normal end); if they end
     without ``done``, stop the tree (the members told, the process group ``group`` and every
-    process whose environment names ``reports``) and remove ``reports``. Returns whether it had to."""
+    process whose environment holds ``variable=scratch``) and remove the directory ``scratch``.
+    Returns whether it had to."""
     told: Set[Tuple[int, int]] = set()
     for line in lines:
         words = line.split()
@@ -301,7 +281,7 @@ def watch(reports: str, group: int, lines: Iterable[str], grace: float = 1.0) ->
         if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
             told.add((int(words[0]), int(words[1])))
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        targets = told | _naming(reports)
+        targets = told | _naming(f"{variable}={scratch}")
         try:
             os.killpg(group, sig)
         except OSError:
@@ -309,13 +289,13 @@ def watch(reports: str, group: int, lines: Iterable[str], grace: float = 1.0) ->
         if not stop(targets, sig):
             break
         time.sleep(grace)
-    shutil.rmtree(reports, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return True
 
 
-def _naming(reports: str) -> Set[Tuple[int, int]]:
-    """Live processes whose environment names the report directory ``reports``."""
-    marker = ("ASCEND_ENV_AUDIT_REPORTS=" + reports).encode("utf-8", "surrogateescape")
+def _naming(entry: str) -> Set[Tuple[int, int]]:
+    """Live processes whose environment holds ``entry`` (``NAME=value``)."""
+    marker = entry.encode("utf-8", "surrogateescape")
     found = set()
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit() or int(name) == os.getpid():
@@ -331,11 +311,11 @@ def _naming(reports: str) -> Set[Tuple[int, int]]:
 
 
 def _main(argv: List[str]) -> int:
-    if len(argv) != 3 or argv[0] != "watch":
-        sys.stderr.write("usage: proctree.py watch REPORTS GROUP\n")
+    if len(argv) != 4 or argv[0] != "watch":
+        sys.stderr.write("usage: proctree.py watch DIRECTORY VARIABLE GROUP\n")
         return 2
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the audit's to handle
-    watch(argv[1], int(argv[2]), sys.stdin)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+    watch(argv[1], argv[2], int(argv[3]), sys.stdin)
     return 0
 
 

@@ -1,0 +1,212 @@
+"""The audit's words: its verdict (exit code and last line, :func:`verdict`), the text report
+(:func:`format_text`), and the verdict over several releases' runs (:func:`combined_verdict`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple, Union
+
+from ascend_env.checks import paths_report
+from ascend_env.checks.findings import Findings, describe_exit, plural
+from ascend_env.checks.tables import AFFECTED
+
+__all__ = ["Verdict", "combined_verdict", "exit_code", "format_text", "header", "verdict"]
+
+# How many processes that ended abnormally (or ran unaudited) the text report names.
+_LISTED = 10
+
+
+class Verdict(NamedTuple):
+    """The exit code, and the last line of the text report: the verdict and its cause."""
+
+    code: int
+    line: str
+
+
+def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verdict:
+    """2 if the simulator could not start in a process (an environment problem); 1 if the command
+    failed or timed out, a Python process ran unaudited, one used the npu device without
+    torch_npu where the release needs it, a report could not be read, or a finding of
+    ``fail_on`` is present (``fallbacks``; with ``--paths``: ``compiles``, ``syncs``, ``64bit``);
+    else 0."""
+    if findings["errors"]:
+        count = len(findings["errors"])
+        return Verdict(2, "audit error: the simulated NPU could not start in "
+                          f"{plural(count, 'process', 'es')}: {findings['errors'][0]}")
+    causes: List[str] = []
+    fixes: List[str] = []
+    fallbacks = findings["fallbacks"]
+    if "fallbacks" in fail_on and fallbacks:
+        named = ", ".join(list(fallbacks)[:2]) + (", ..." if len(fallbacks) > 2 else "")
+        causes.append(f"{plural(len(fallbacks), 'op')} fell back to the CPU ({named})")
+        fixes.append(_fallback_fix(fallbacks))
+    if findings["unaudited"]:
+        causes.append(f"{plural(len(findings['unaudited']), 'Python process', 'es')} ran unaudited")
+        fixes.append("let every Python of the command run the audit's sitecustomize: no -I, -E or -S, "
+                     "and add to PYTHONPATH rather than replace it")
+    if findings["without_torch_npu"]:
+        causes.append(f"{plural(len(findings['without_torch_npu']), 'process', 'es')} used the npu device "
+                      "without importing torch_npu")
+        fixes.append("add `import torch_npu` before the script uses the npu device")
+    if findings["bad_reports"]:
+        causes.append(f"{plural(len(findings['bad_reports']), 'report')} could not be read")
+        fixes.append("audit again (a process of the command wrote over the audit's report directory)")
+    if findings.get("timed_out"):
+        causes.append(f"the command {findings['ended']}")
+        fixes.append("give it more time (--timeout) or let it end by itself")
+    elif findings["returncode"] != 0:
+        causes.append(f"the command {findings['ended']}")
+        fixes.append("see the command's own output above")
+    if "paths" in findings:
+        failing = paths_report.failing(findings["paths"], tuple(fail_on))
+        if failing:
+            causes.append(paths_report.failing_text(findings["paths"], failing))
+            fixes.append(paths_report.fix_line(findings["paths"], failing))
+    release = findings["table"].split(" ", 1)[0]
+    if not causes:
+        return Verdict(0, f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
+                          f"{plural(findings['processes'], 'audited Python process', 'es')}")
+    return Verdict(1, f"audit failed on torch_npu {release}: {'; '.join(causes)}; fix: {fixes[0]}")
+
+
+def _fallback_fix(fallbacks: Mapping[str, int]) -> str:
+    from ascend_env.kernels.registry import FIXES
+
+    registered = {fix.qualified_name for fix in FIXES}
+    if all(name in registered for name in fallbacks):
+        return ("run python -m ascend_env install (its startup hook registers an NPU kernel for them), "
+                "then audit again")
+    return ("no NPU kernel in this release: keep these ops out of the decoding loop, or move to a torch_npu "
+            "that has them (--torch-npu NEWER shows which)")
+
+
+def exit_code(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> int:
+    """The verdict's exit code (see :func:`verdict`)."""
+    return verdict(findings, fail_on).code
+
+
+def _who(process: Mapping[str, Any]) -> str:
+    argv = " ".join(str(a) for a in process.get("argv") or []) or "?"
+    if len(argv) > 60:
+        argv = argv[:57] + "..."
+    rank = f", rank {process['rank']}" if process.get("rank") is not None else ""
+    return f"pid {process.get('pid')} ({argv}{rank})"
+
+
+def _where(name: str, per_process: Sequence[Mapping[str, Any]]) -> str:
+    """Which processes an op fell back in: "rank 1", "pids 12, 14" or "3 processes"."""
+    hits = [p for p in per_process if name in p.get("fallbacks", {})]
+    ranks = [str(p["rank"]) for p in hits if p.get("rank") is not None]
+    if hits and len(ranks) == len(hits) and len(set(ranks)) == len(ranks):
+        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(sorted(ranks, key=_rank_key))
+    if len(hits) <= 3:
+        return ("pid " if len(hits) == 1 else "pids ") + ", ".join(str(p.get("pid")) for p in hits)
+    return plural(len(hits), "process", "es")
+
+
+def _rank_key(rank: str) -> Tuple[int, str]:
+    return (int(rank), rank) if rank.isdigit() else (1 << 30, rank)
+
+
+def header(findings: Mapping[str, Any]) -> str:
+    """The report's first line: the table, and why it was chosen where the audit chose it."""
+    line = f"audit: torch_npu {findings['table']} op table on the simulated NPU"
+    if findings.get("table_chosen") == "oldest":
+        line += (" (no --torch-npu and no torch_npu installed: the oldest known release, which lacks the "
+                 f"kernels the affected releases lack; --torch-npu {AFFECTED} runs each of them)")
+    return line
+
+
+def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> str:
+    """The human-readable report; its last line is the verdict and its cause."""
+    lines = [header(findings)]
+    if findings.get("timed_out"):
+        lines.append(f"the command {findings['ended']}; audit stopped it")
+    elif findings["returncode"] < 0:
+        lines.append(f"the command was {describe_exit(findings['returncode'])}")
+    elif findings["returncode"] != 0:
+        lines.append(f"the command exited {findings['returncode']}")
+    if findings.get("stopped") and not findings.get("timed_out"):
+        lines.append(f"audit stopped {plural(findings['stopped'], 'process', 'es')} "
+                     "still running after the command ended")
+    for error in findings["errors"][1:]:
+        lines.append(f"the simulated NPU could not start in one process: {error}")
+    per_process = findings.get("per_process", [])
+    # The command's own process is the line above; the list is for the others.
+    abnormal = [p for p in per_process if p.get("abnormal") and not p.get("is_command")]
+    if abnormal:
+        lines.append(f"{plural(len(abnormal), 'Python process', 'es')} ended abnormally:")
+        lines.extend(f"  {_who(p)}: {p['ended']}" for p in abnormal[:_LISTED])
+        if len(abnormal) > _LISTED:
+            lines.append(f"  ... and {len(abnormal) - _LISTED} more (--json lists them all)")
+    lines += _unaudited_text(findings)
+    lines += _without_torch_npu_text(findings)
+    for problem in findings["bad_reports"][:_LISTED]:
+        lines.append(f"a report cannot be read: {problem}")
+    lines += _fallbacks_text(findings)
+    lines += paths_report.format_text(findings["paths"]) if "paths" in findings else []
+    lines.append(verdict(findings, fail_on).line)
+    return "\n".join(lines)
+
+
+def _fallbacks_text(findings: Findings) -> List[str]:
+    fallbacks = findings["fallbacks"]
+    processes = findings["processes"]
+    per_process = findings.get("per_process", [])
+    where = plural(processes, "Python process", "es")
+    if not fallbacks:
+        return [f"no op fell back to the CPU ({where})"]
+    lines = [f"{plural(len(fallbacks), 'op')} fell back to the CPU ({where}):"]
+    width = max(len(name) for name in fallbacks)
+    count_width = max(len(str(count)) for count in fallbacks.values())
+    for name, count in fallbacks.items():
+        line = f"  {name.ljust(width)}  {count}"
+        if processes > 1 and per_process:
+            line = f"  {name.ljust(width)}  {str(count).rjust(count_width)}  ({_where(name, per_process)})"
+        lines.append(line)
+    return lines
+
+
+def _unaudited_text(findings: Findings) -> List[str]:
+    unaudited = findings["unaudited"]
+    if not unaudited:
+        return []
+    lines = [f"{plural(len(unaudited), 'Python process', 'es')} ran outside the simulator (unaudited: "
+             "what fell back there is not counted):"]
+    lines += [f"  {_who(u)}: {u['why']}" for u in unaudited[:_LISTED]]
+    if len(unaudited) > _LISTED:
+        lines.append(f"  ... and {len(unaudited) - _LISTED} more (--json lists them all)")
+    return lines
+
+
+def _without_torch_npu_text(findings: Findings) -> List[str]:
+    pids = set(findings["without_torch_npu"])
+    if not pids:
+        return []
+    release = findings["table"].split(" ", 1)[0]
+    lines = [f"{plural(len(pids), 'Python process', 'es')} used the npu device without importing torch_npu:"]
+    lines += [f"  {_who(p)}: on torch_npu {release} this script fails on a real NPU: add `import torch_npu` "
+              "(torch_npu loads itself with import torch only from 2.5.1, on torch 2.5 or later)"
+              for p in findings["per_process"] if p["pid"] in pids][:_LISTED]
+    return lines
+
+
+def combined_verdict(results: Sequence[Tuple[str, Union[Findings, Exception]]],
+                     fail_on: Sequence[str]) -> Verdict:
+    """The verdict over several releases' runs: the worst exit code, each failing release named."""
+    codes = []
+    failed = []
+    for release, result in results:
+        if isinstance(result, Exception):
+            codes.append(getattr(result, "exit_code", 2))
+            failed.append(f"{release} (error)")
+            continue
+        found = verdict(result, fail_on)
+        codes.append(found.code)
+        if found.code:
+            failed.append(release)
+    code = max(codes) if codes else 0
+    if not failed:
+        return Verdict(0, f"audit passed on all {len(results)} releases: {', '.join(r for r, _ in results)}")
+    return Verdict(code, f"audit failed on {len(failed)} of {len(results)} releases: {', '.join(failed)} "
+                         "(each release's last line above says why)")

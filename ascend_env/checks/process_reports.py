@@ -1,0 +1,117 @@
+"""The reports the audited processes wrote (``ascend_env.sim.reports.ProcessReport``), read as the
+state files are read: bounded in size and depth, each value checked; a report that is not as the
+reporter (:class:`ascend_env._audited.Reporter`) writes it is a problem, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, List, NamedTuple, Optional, Set, Tuple, cast
+
+from ascend_env.sim.reports import ProcessReport
+from ascend_env.utils import jsontext
+
+__all__ = ["MAX_REPORT_BYTES", "Reports", "collect", "read_reports", "reported_pids"]
+
+#: A report larger than this is not read (a process wrote over the report directory).
+MAX_REPORT_BYTES = 64 << 20
+
+
+class Reports(NamedTuple):
+    """What the processes wrote: the reports that read well, and a problem for each that did not."""
+
+    good: List[ProcessReport]
+    bad: List[str]
+
+
+def read_reports(directory: Path) -> Reports:
+    """The reports in ``directory``, oldest pid first, read as the state files are read: bounded
+    in size and depth, each value checked; a report that is not as the reporter writes it is a
+    problem (``"<file>: <why>"``), never an exception."""
+    good: List[ProcessReport] = []
+    bad: List[str] = []
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
+    except OSError:
+        names = []
+    for name in names:
+        problem, report = _read_report(directory / name)
+        if report is not None:
+            good.append(report)
+        elif problem is not None:
+            bad.append(f"{name}: {problem}")
+    good.sort(key=lambda r: r["pid"])
+    return Reports(good, bad)
+
+
+def collect(reports: Path) -> List[ProcessReport]:
+    """The reports the audited processes wrote that read well, oldest pid first."""
+    return read_reports(reports).good
+
+
+def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:  # replaced or removed as it was listed
+        return None, None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})", None
+    if len(data) > MAX_REPORT_BYTES:
+        return f"larger than {MAX_REPORT_BYTES} bytes", None
+    try:
+        value = jsontext.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return f"is not JSON ({str(exc)[:120]})", None
+    problem = _report_problem(value)
+    return (problem, None) if problem else (None, cast(ProcessReport, value))
+
+
+_OPTIONAL_STR = ("rank", "origin", "table", "torch_npu", "error", "unaudited", "extra_error")
+_OPTIONAL_BOOL = ("torch", "npu_used", "autoload")
+
+
+def _report_problem(value: Any) -> Optional[str]:
+    """Why ``value`` is not a report as :class:`ascend_env._audited.Reporter` writes it."""
+    if not isinstance(value, dict):
+        return f"holds a {type(value).__name__}, not an object"
+    if not _is_int(value.get("pid")):
+        return "has no pid"
+    if value.get("ppid") is not None and not _is_int(value["ppid"]):
+        return "has a ppid that is not a number"
+    argv = value.get("argv")
+    if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return "has an argv that is not a list of strings"
+    for key in _OPTIONAL_STR:
+        if value.get(key) is not None and not isinstance(value[key], str):
+            return f"has a {key} that is not a string"
+    for key in _OPTIONAL_BOOL:
+        if key in value and not isinstance(value[key], bool):
+            return f"has a {key} that is not true or false"
+    fallbacks = value.get("fallbacks", {})
+    if not isinstance(fallbacks, dict) or not all(
+            isinstance(k, str) and _is_int(v) and v >= 0 for k, v in fallbacks.items()):
+        return "has fallbacks that are not counts by op"
+    end = value.get("end")
+    if end is not None and not isinstance(end, dict):
+        return "has an end that is not an object"
+    events = value.get("hook_events")
+    if events is not None and not (isinstance(events, list) and all(isinstance(e, str) for e in events)):
+        return "has hook_events that are not a list of strings"
+    if "paths" in value and not isinstance(value["paths"], dict):
+        return "has paths that are not an object"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def reported_pids(reports: Path) -> Set[int]:
+    """The pids that wrote a report (from the file names: ``<pid>-<random>.json``)."""
+    try:
+        names = os.listdir(reports)
+    except OSError:
+        return set()
+    return {int(name.split("-", 1)[0]) for name in names if name.split("-", 1)[0].isdigit()}
