@@ -219,3 +219,22 @@ def test_enabling_after_autograd_ran_warns_that_npu_backward_cannot_work():
     assert result.returncode == 0, result.stderr
     assert "ran autograd before the simulated NPU was enabled" in result.stdout
     assert "ascend_env.sim.enable() right after 'import torch'" in result.stdout
+
+
+def test_the_engine_check_of_enable_leaves_the_npu_unused_and_its_thread_drained_at_exit():
+    """enable()'s backward on npu is not a use of the device (the audit reads the peak memory as
+    one), and its exit drain is registered: a process whose last statement is an npu backward
+    ends without the worker thread touching Python objects during finalization."""
+    result = run_python(textwrap.dedent("""
+        import atexit, torch
+        from ascend_env import sim
+        sim.enable("2.1.0.post6")
+        from ascend_env.sim import device
+        print(device.max_memory_allocated(), device.memory_allocated())
+        x = torch.ones(3, device="npu", requires_grad=True)
+        g, = torch.autograd.grad((x * 2).sum(), x)
+        print(g.cpu().tolist())
+    """))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["0 0", "[2.0, 2.0, 2.0]"]
+    assert "terminate called" not in result.stderr
