@@ -70,11 +70,13 @@ GENERATE_OPTIONS: Dict[str, Any] = {
 
 
 def silencers(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The variables in ``environ`` that can hide torch_npu's fallback line (``RANK`` unless 0)."""
+    """The variables in ``environ`` that can hide torch_npu's fallback line: ``RANK`` unless empty
+    or exactly ``0`` (as ``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp`` reads it: `` 0``
+    silences), the others whatever their value."""
     found = {}
     for name in SILENCERS:
         value = environ.get(name)
-        if value is None or (name == "RANK" and value.strip() in ("", "0")):
+        if value is None or (name == "RANK" and value in ("", "0")):
             continue
         found[name] = value
     return found

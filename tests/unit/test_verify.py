@@ -70,6 +70,7 @@ def test_no_environment_leaves_a_silencer_in_the_child(base, simulate, fallback_
 def test_silencers_reads_rank_as_torch_npu_does():
     assert smoke.silencers({"RANK": "0"}) == {}
     assert smoke.silencers({"RANK": ""}) == {}
+    assert smoke.silencers({"RANK": " 0"}) == {"RANK": " 0"}  # not "0": the backend's rank is not 0
     assert smoke.silencers({"RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}) == {
         "RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
