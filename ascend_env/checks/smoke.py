@@ -37,6 +37,15 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ascend_env.checks.smoke_report import (
+    Backend,
+    CompileRecord,
+    Imports,
+    Installation,
+    OverloadResult,
+    SmokeReport,
+    StepResult,
+)
 from ascend_env.utils import atomic, progress
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
@@ -61,17 +70,19 @@ GENERATE_OPTIONS: Dict[str, Any] = {
 
 
 def silencers(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The variables in ``environ`` that can hide torch_npu's fallback line (``RANK`` unless 0)."""
+    """The variables in ``environ`` that can hide torch_npu's fallback line: ``RANK`` unless empty
+    or exactly ``0`` (as ``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp`` reads it: `` 0``
+    silences), the others whatever their value."""
     found = {}
     for name in SILENCERS:
         value = environ.get(name)
-        if value is None or (name == "RANK" and value.strip() in ("", "0")):
+        if value is None or (name == "RANK" and value in ("", "0")):
             continue
         found[name] = value
     return found
 
 
-def installation() -> Dict[str, Any]:
+def installation() -> Installation:
     """The patch state of this Python's transformers and the startup hook's files next to it."""
     from ascend_env.exceptions import AscendEnvError
     from ascend_env.hook import files as hook
@@ -81,7 +92,7 @@ def installation() -> Dict[str, Any]:
         site = engine.default_site_packages()
     except AscendEnvError as exc:
         return {"error": exc.problem, "fix": exc.fix}
-    found: Dict[str, Any] = {"site_packages": str(site)}
+    found: Installation = {"site_packages": str(site)}
     try:
         report = engine.status(site, search_sys_path=True)
         verdict = report.verdict
@@ -129,11 +140,11 @@ def _keep_fallback_disable(honoured: bool) -> bool:
     return os.environ.get(FALLBACK_DISABLE) == "1"
 
 
-def import_torch_npu(order: str) -> Dict[str, Any]:
+def import_torch_npu(order: str) -> Imports:
     """Import torch_npu the way ``order`` (one of :data:`IMPORTS`) says; what was done."""
     import torch  # noqa: F401 - every order imports torch first, as programs do
 
-    done: Dict[str, Any] = {"order": order}
+    done: Imports = {"order": order}
     if order == "transformers":
         import transformers.utils
 
@@ -150,7 +161,7 @@ def import_torch_npu(order: str) -> Dict[str, Any]:
     return done
 
 
-def _start_npu(order: str) -> Dict[str, Any]:
+def _start_npu(order: str) -> Backend:
     """Import torch and torch_npu (as ``order`` says) and ask ``npu:0`` to answer; raises when it
     cannot."""
     release = _torch_npu_release()
@@ -170,7 +181,7 @@ def _start_npu(order: str) -> Dict[str, Any]:
     }
 
 
-def _start_simulator(torch_npu: Optional[str], order: str) -> Dict[str, Any]:
+def _start_simulator(torch_npu: Optional[str], order: str) -> Backend:
     """Enable the simulated NPU with the table ``ascend_env.checks.tables.choose_table`` picks, then
     import its torch_npu as ``order`` says (so the startup hook hears of it as of a real one)."""
     from ascend_env.checks import tables
@@ -200,11 +211,11 @@ def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
     }
 
 
-def _check_isin(torch: Any, device: str) -> Dict[str, Any]:
+def _check_isin(torch: Any, device: str) -> StepResult:
     """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
     elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
     test = torch.tensor([2, 6, 9, 95])
-    results: Dict[str, Any] = {}
+    results: Dict[str, OverloadResult] = {}
     for name, call in _isin_calls(torch).items():
         try:
             expected = call(elements, test, torch.empty(0, dtype=torch.bool))
@@ -223,7 +234,7 @@ def _check_isin(torch: Any, device: str) -> Dict[str, Any]:
     return {"overloads": results}
 
 
-def _check_polar(torch: Any, device: str) -> Dict[str, Any]:
+def _check_polar(torch: Any, device: str) -> StepResult:
     """Both polar overloads on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
     Within OpInfo's default tolerance of the CPU (``torch.testing.assert_close``): the CPU kernel
@@ -235,7 +246,7 @@ def _check_polar(torch: Any, device: str) -> Dict[str, Any]:
         "polar": lambda a, b, out: polar.default(a, b),
         "polar.out": lambda a, b, out: polar.out(a, b, out=out),
     }
-    results: Dict[str, Any] = {}
+    results: Dict[str, OverloadResult] = {}
     for name, call in calls.items():
         try:
             expected = call(magnitude, angle, torch.empty(0, dtype=torch.complex64))
@@ -267,7 +278,7 @@ def tiny_llama() -> Any:
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def _check_generate(torch: Any, device: str) -> Dict[str, Any]:
+def _check_generate(torch: Any, device: str) -> StepResult:
     """Greedy generate() on ``device`` against the CPU: ``{"ok", "error", "tokens"}``."""
     try:
         import transformers
@@ -291,7 +302,7 @@ def _check_generate(torch: Any, device: str) -> Dict[str, Any]:
             "transformers": transformers.__version__}
 
 
-def _start_paths(backend: Mapping[str, Any]) -> Optional[str]:
+def _start_paths(backend: Backend) -> Optional[str]:
     """On the simulator, start the dispatch-path model (``ascend_env.sim.paths``), so that the
     would-be online compiles of ``generate()`` are counted; why it cannot be, else None."""
     if backend["kind"] != "simulator":
@@ -308,7 +319,7 @@ def _start_paths(backend: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional[str]) -> Dict[str, Any]:
+def _compile_record(torch: Any, backend: Backend, unmodelled: Optional[str]) -> CompileRecord:
     """The compile mode as ``generate()`` ran: the SoC, JIT compile, the guard's record and, on the
     simulator, the would-be online compiles of its steady state (the steps from ``STEADY_FROM``)."""
     from ascend_env.detect import socs
@@ -324,7 +335,7 @@ def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional
                 "jit_compile": None if check is None else not check(), "guard": guard}
     from ascend_env.sim import compile_mode, paths
 
-    record: Dict[str, Any] = {"soc": compile_mode.soc(), "soc_known": True,
+    record: CompileRecord = {"soc": compile_mode.soc(), "soc_known": True,
                               "soc_assumed": compile_mode.soc_assumed(),
                               "jit_compile": compile_mode.jit_compile(), "guard": guard}
     found = paths.report()
@@ -332,8 +343,8 @@ def _compile_record(torch: Any, backend: Mapping[str, Any], unmodelled: Optional
         record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
         return record
     steady, by_op = paths.steady_compiles(found)
-    record.update(steady_from=paths.STEADY_FROM, steady_would_compile=steady,
-                  steady_would_compile_by_op=by_op)
+    record.update({"steady_from": paths.STEADY_FROM, "steady_would_compile": steady,
+                   "steady_would_compile_by_op": by_op})
     return record
 
 
@@ -352,7 +363,7 @@ def _reset(kind: str) -> None:
         sim.reset()
 
 
-def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Sequence[str],
+def run(report: SmokeReport, device: str, torch_npu: Optional[str], steps: Sequence[str],
         order: str = IMPORTS[0]) -> None:
     """Fill ``report``; see the module docstring for its keys. Without ``steps``, only the backend
     starts and the hook's record is taken (a process that checks one import order)."""
@@ -384,8 +395,8 @@ def run(report: Dict[str, Any], device: str, torch_npu: Optional[str], steps: Se
 
 
 def _start_backend(
-    report: Dict[str, Any], device: str, torch_npu: Optional[str], order: str
-) -> Optional[Dict[str, Any]]:
+    report: SmokeReport, device: str, torch_npu: Optional[str], order: str
+) -> Optional[Backend]:
     """The NPU or the simulator, as ``device`` asks; None (the reason in ``report``) when it
     cannot start."""
     if device == "auto" and importlib.util.find_spec("torch_npu") is None:
@@ -404,7 +415,7 @@ def _start_backend(
     return _start_simulator(torch_npu, order)
 
 
-def _run_step(torch: Any, backend: Mapping[str, Any], step: str) -> Dict[str, Any]:
+def _run_step(torch: Any, backend: Backend, step: str) -> StepResult:
     """One step on ``npu:0``, with the fallbacks it caused and its time."""
     _reset(backend["kind"])
     started = time.monotonic()
@@ -434,7 +445,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the smoke test and write its report; 0 once the report is written, whatever it says."""
     args = _parse(argv)
     steps = [step for step in args.steps.split(",") if step]
-    report: Dict[str, Any] = {"pid": os.getpid(), "python": sys.executable, "steps": {}}
+    report: SmokeReport = {"pid": os.getpid(), "python": sys.executable, "steps": {}}
     caught: List[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -7,7 +7,7 @@ import argparse
 import importlib.machinery
 import sys
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple, TypedDict
 
 from ascend_env import states
 from ascend_env.commands import add_patches_dir, add_target
@@ -17,7 +17,18 @@ from ascend_env.patching import engine
 from ascend_env.utils import progress
 
 
-def describe_hook(hook_status: dict[str, Any]) -> List[str]:
+class HookPart(TypedDict, total=False):
+    """The startup hook's part of ``status`` (``status --json``'s ``hook``): its files in the
+    site-packages, whether they are this ascend-env's, the guard's setting, and the fresh-process
+    probe (absent where the hook is not installed)."""
+
+    installed: List[str]
+    current: bool
+    compile_guard: Optional[bool]
+    probe: files.HookProbe
+
+
+def describe_hook(hook_status: HookPart) -> List[str]:
     """The plain-text lines of :func:`_hook_report`."""
     if not hook_status["installed"]:
         return ["  startup hook: not installed"]
@@ -29,7 +40,7 @@ def describe_hook(hook_status: dict[str, Any]) -> List[str]:
         lines.append("  compile-mode guard: " + (
             "on (JIT compile off where the SoC would compile online and binary kernels are installed)"
             if setting else "off (installed with --no-compile-guard)"))
-    found = hook_status.get("probe", {})
+    found = hook_status.get("probe", files.HookProbe())
     if found.get("error"):
         lines.append(f"  startup hook: not checked in a fresh process: {continued(found['error'])}")
     elif found.get("disabled"):
@@ -62,9 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_patches_dir(parser)
 
 
-def _hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
+def _hook_report(site_packages: Path) -> Tuple[HookPart, int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
-    report: dict[str, Any] = {
+    report: HookPart = {
         "installed": files.installed(site_packages), "current": files.is_current(site_packages),
         "compile_guard": files.compile_guard_setting(site_packages)}
     if not report["installed"]:
@@ -78,7 +89,7 @@ def _hook_report(site_packages: Path) -> Tuple[dict[str, Any], int]:
         with progress.step("checking the startup hook in a fresh Python process",
                            note="it imports torch_npu, as your programs do"):
             report["probe"] = files.probe(sys.executable)
-    failed = report["probe"].get("ran") is not True or report["probe"].get("errors")
+    failed = report["probe"].get("ran") is not True or bool(report["probe"].get("errors"))
     if report["probe"].get("disabled"):
         failed = False
     return report, 1 if failed or not report["current"] else 0
@@ -101,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def overall(report: engine.StatusReport, hook_status: dict[str, Any]) -> states.State:
+def overall(report: engine.StatusReport, hook_status: HookPart) -> states.State:
     """The state in :mod:`ascend_env.states`' words: the patches' and the startup hook's together."""
     verdict = report.verdict
     return states.combine(verdict.status, verdict.code, bool(hook_status["installed"]), verdict.detail,
@@ -125,7 +136,7 @@ def _with_state(data: dict[str, Any], state: states.State) -> dict[str, Any]:
     return data
 
 
-def describe(report: engine.StatusReport, hook_status: dict[str, Any]) -> str:
+def describe(report: engine.StatusReport, hook_status: HookPart) -> str:
     """The plain-text form of a status report and its startup hook's part."""
     state = overall(report, hook_status)
     transformers = report.transformers or "(not installed)"
@@ -143,7 +154,7 @@ def describe(report: engine.StatusReport, hook_status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cause(state: states.State, hook_status: dict[str, Any]) -> str:
+def _cause(state: states.State, hook_status: HookPart) -> str:
     """Why the state is what it is, in one clause."""
     if hook_status["installed"] and not hook_status["current"]:
         return "the startup hook's files differ from this ascend-env's (run: ascend-env install)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ascend_env.checks import verify
+from ascend_env.checks import verify, verify_text
 from ascend_env.output import write_json, write_text
 
 
@@ -45,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result.to_dict())
     else:
-        write_text(verify.format_text(result))
-    return verify.exit_code(result)
+        write_text(verify_text.format_text(result))
+    return verify_text.exit_code(result)

@@ -26,11 +26,11 @@ if MYPY:  # (ruff does not read type comments: F401)
 
 DISABLE_VARIABLE = "ASCEND_ENV_DISABLE"
 WATCHED = "torch_npu"
-#: Whether to apply the compile-mode guard (``ascend_env.compile_guard``) once torch_npu comes up;
+#: Whether to apply the compile-mode guard (``ascend_env.hook.compile_guard``) once torch_npu comes up;
 #: ``install --no-compile-guard`` writes this module with False here.
 COMPILE_GUARD = True
 
-#: What the hook did in this process (read by ``ascend_env.runtime.status()``): ``started``
+#: What the hook did in this process (read by ``ascend_env.hook.runtime.status()``): ``started``
 #: (:func:`main` ran), ``disabled`` (with the kill switch set), ``finder`` (what it put on
 #: ``sys.meta_path``), ``events`` (how each backend reached the hook, in order, e.g.
 #: ``"torch_npu: import after 1 probe"``: a probe is a spec the hook handed out that did not

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict, cast
 
 NAME = "ascend_env_hook"
 MODULE_FILE = NAME + ".py"
@@ -129,12 +129,30 @@ with open(sys.argv[1] + ".part", "w", encoding="utf-8") as answer:
 os.replace(sys.argv[1] + ".part", sys.argv[1])
 """
 
+
+class HookProbe(TypedDict, total=False):
+    """:func:`probe`'s answer: whether the hook ``ran`` in a fresh process (None: not asked) or was
+    ``disabled``; the ``backend`` it waited for (None: torch_npu is not installed) and why it did
+    not import (``backend_error``); what the hook registered, left ``native``, its ``errors`` and
+    the compile-mode guard's record; or why there is no answer (``error``)."""
+
+    ran: Optional[bool]
+    disabled: bool
+    backend: Optional[str]
+    backend_error: str
+    registered: List[str]
+    native: List[str]
+    errors: List[str]
+    compile_guard: Optional[Dict[str, Any]]
+    error: str
+
+
 #: The most of the probe's answer and of its stderr that :func:`probe` reads.
 ANSWER_LIMIT = 1 << 20
 _STDERR_TAIL = 1 << 16
 
 
-def probe(python: str, timeout: float = 60) -> Dict[str, object]:
+def probe(python: str, timeout: float = 60) -> HookProbe:
     """Start ``python`` afresh and report whether the hook ran there, and what it registered once
     torch_npu was imported; a process that takes longer than ``timeout`` seconds is stopped.
 
@@ -162,7 +180,7 @@ def probe(python: str, timeout: float = 60) -> Dict[str, object]:
         return _answer(python, answer, errors, done.returncode)
 
 
-def _answer(python: str, answer: Path, errors: Path, code: int) -> Dict[str, object]:
+def _answer(python: str, answer: Path, errors: Path, code: int) -> HookProbe:
     """The probe's answer from its file; where there is none, why, from its exit code and stderr."""
     import json
 
@@ -179,7 +197,7 @@ def _answer(python: str, answer: Path, errors: Path, code: int) -> Dict[str, obj
         found = None
     if not isinstance(found, dict):
         return {"ran": False, "error": f"{python} wrote an answer that is not the probe's (exit {code})"}
-    return found
+    return cast(HookProbe, found)
 
 
 def _last_line(errors: Path) -> str:

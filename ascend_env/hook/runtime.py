@@ -8,7 +8,9 @@ kernel (a native one, or one registered earlier) are left alone, so PyTorch neve
 "Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
 one (their composite kernel calls it). :func:`status` is the in-process record.
 
-This module imports torch; only the hook's ``notify`` (:mod:`ascend_env._watch`) and tests import it.
+Its functions import torch when they run; importing the module does not. The hook's ``notify``
+(:mod:`ascend_env.hook.watch`) calls :func:`activate`; ``status``'s probe, the smoke test and the
+simulator read :func:`status`, and :mod:`ascend_env.patching.sites` calls :func:`installed_sites`.
 """
 
 from __future__ import annotations

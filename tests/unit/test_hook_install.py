@@ -12,7 +12,9 @@ from pathlib import Path
 import pip
 import pytest
 from fake_site import make_patches, make_site, run_cli, snapshot, write_dist
+from typed_reports import unknown_keys
 
+from ascend_env.commands.status import HookPart
 from ascend_env.hook import files as hook
 from ascend_env.patching.records import find_distribution
 
@@ -236,6 +238,7 @@ def test_status_keeps_its_answer_when_the_probed_process_prints_at_exit(tmp_path
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
     assert report["hook"]["probe"]["ran"] is True and report["hook"]["probe"]["backend"] is None
+    assert unknown_keys(report["hook"], HookPart) == []  # the probe's answer, as status reads it
     text = status_in(python, "--patches-dir", str(patches))
     assert text.returncode == 0 and "startup hook: ran in a fresh process; waits" in text.stdout
 

@@ -14,11 +14,14 @@ from typing import Any, Dict, List, Optional
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from typed_reports import unknown_keys
 
-from ascend_env.checks import smoke, verify
-from ascend_env.checks.verify import Smoke
+from ascend_env.checks import smoke, verdict, verify, verify_text
+from ascend_env.checks.smoke_report import SmokeReport
+from ascend_env.checks.verdict import Smoke
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 from ascend_env.exceptions import UsageError
+from ascend_env.hook.runtime import HookStatus
 
 CAUTION = (
     "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "
@@ -34,11 +37,11 @@ SILENCED = {"RANK": "1", "TORCH_NPU_DISABLED_WARNING": "1", "TORCH_NPU_WARNING_D
 
 
 def test_every_silencer_is_neutralised_and_the_rest_kept():
-    base = {**SILENCED, "PATH": "/usr/bin", "PYTHONPATH": "/x", verify.FALLBACK_DISABLE: "1"}
+    base = {**SILENCED, "PATH": "/usr/bin", "PYTHONPATH": "/x", smoke.FALLBACK_DISABLE: "1"}
     env = verify.child_environment(base, simulate=False, fallback_disable=False)
     assert env["RANK"] == "0"
     for name in ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL",
-                 verify.FALLBACK_DISABLE, verify.AUTOLOAD):
+                 smoke.FALLBACK_DISABLE, verify.AUTOLOAD):
         assert name not in env
     assert env["PATH"] == "/usr/bin" and env["PYTHONPATH"] == "/x"
     assert base["RANK"] == "1"  # the parent's own environment is left alone
@@ -46,12 +49,12 @@ def test_every_silencer_is_neutralised_and_the_rest_kept():
 
 def test_fallback_disable_and_autoload_are_set_only_when_asked():
     env = verify.child_environment({}, simulate=True, fallback_disable=True)
-    assert env[verify.FALLBACK_DISABLE] == "1"
+    assert env[smoke.FALLBACK_DISABLE] == "1"
     assert env[verify.AUTOLOAD] == "0"
     assert verify.AUTOLOAD not in verify.child_environment({}, simulate=False, fallback_disable=True)
 
 
-_names = st.sampled_from([*smoke.SILENCERS, "PATH", "OTHER", verify.FALLBACK_DISABLE])
+_names = st.sampled_from([*smoke.SILENCERS, "PATH", "OTHER", smoke.FALLBACK_DISABLE])
 
 
 _values = st.text(alphabet="01ERORWNINGinfo ", max_size=6)
@@ -61,12 +64,13 @@ _values = st.text(alphabet="01ERORWNINGinfo ", max_size=6)
 def test_no_environment_leaves_a_silencer_in_the_child(base, simulate, fallback_disable):
     env = verify.child_environment(base, simulate=simulate, fallback_disable=fallback_disable)
     assert smoke.silencers(env) == {}
-    assert (env.get(verify.FALLBACK_DISABLE) == "1") is fallback_disable
+    assert (env.get(smoke.FALLBACK_DISABLE) == "1") is fallback_disable
 
 
 def test_silencers_reads_rank_as_torch_npu_does():
     assert smoke.silencers({"RANK": "0"}) == {}
     assert smoke.silencers({"RANK": ""}) == {}
+    assert smoke.silencers({"RANK": " 0"}) == {"RANK": " 0"}  # not "0": the backend's rank is not 0
     assert smoke.silencers({"RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}) == {
         "RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
@@ -76,8 +80,8 @@ def test_silencers_reads_rank_as_torch_npu_does():
 
 def test_fallback_lines_reads_torch_npus_caution_line():
     text = "noise\n" + "".join(CAUTION.format(op=op) for op in (ISIN_OUT, "aten::foo", ISIN_OUT))
-    assert verify.fallback_lines(text) == [ISIN_OUT, "aten::foo"]
-    assert verify.fallback_lines("Warning: something else about aten::isin\n") == []
+    assert verdict.fallback_lines(text) == [ISIN_OUT, "aten::foo"]
+    assert verdict.fallback_lines("Warning: something else about aten::isin\n") == []
 
 
 def test_refused_ops_reads_the_errors_of_fallback_disable():
@@ -87,16 +91,16 @@ def test_refused_ops_reads_the_errors_of_fallback_disable():
     real = ("RuntimeError: The operator 'aten::isin.Tensor_Tensor_out' would execute its main computation on "
             "CPU through dispatcher backend fallback, but CPU fallback is disabled by "
             "TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
-    assert verify.refused_ops(simulated + "\n" + real) == ["aten::isin.Scalar_Tensor", ISIN_OUT]
-    assert verify.refused_ops("RuntimeError: The operator 'aten::isin' failed") == []
+    assert verdict.refused_ops(simulated + "\n" + real) == ["aten::isin.Scalar_Tensor", ISIN_OUT]
+    assert verdict.refused_ops("RuntimeError: The operator 'aten::isin' failed") == []
 
 
 # -- judging ------------------------------------------------------------------------------------------
 
 
-def good_report(**changes: Any) -> Dict[str, Any]:
+def good_report(**changes: Any) -> SmokeReport:
     """What the smoke test reports when all is well on the simulator (2.1.0.post6 table)."""
-    report = {
+    report: SmokeReport = {
         "silencers": {},
         "installation": {
             "site_packages": "/site", "hook_files": ["ascend_env_hook.pth"], "hook_current": True,
@@ -121,13 +125,17 @@ def good_report(**changes: Any) -> Dict[str, Any]:
                  "errors": []},
         "warnings": [],
     }
-    report.update(copy.deepcopy(changes))
+    report.update(copy.deepcopy(changes))  # type: ignore[typeddict-item]
     return report
+
+
+def test_the_good_report_is_a_smoke_report():
+    assert unknown_keys(good_report(), SmokeReport, {"HookStatus": HookStatus}) == []
 
 
 def judged(report: Dict[str, Any], stderr: str = "", strict: bool = False, *more: Smoke) -> Dict[str, Any]:
     runs = [Smoke("sim", list(smoke.STEPS), report, stderr), *more]
-    return verify.judge(runs, strict, "--simulate was given").to_dict()
+    return verdict.judge(runs, strict, "--simulate was given").to_dict()
 
 
 def failed(result: Dict[str, Any]) -> Dict[str, str]:
@@ -136,9 +144,9 @@ def failed(result: Dict[str, Any]) -> Dict[str, str]:
 
 def test_a_clean_report_passes_and_says_simulator():
     result = judged(good_report())
-    assert result["ok"] and verify.exit_code(result) == 0
+    assert result["ok"] and verify_text.exit_code(result) == 0
     assert failed(result) == {}
-    text = verify.format_text(result)
+    text = verify_text.format_text(result)
     assert text.startswith("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table)")
     assert "--simulate was given" in text
 
@@ -147,7 +155,7 @@ def test_an_isin_caution_line_fails():
     report = good_report()
     report["steps"]["generate"]["fallbacks"] = {ISIN_OUT: 9}
     result = judged(report, CAUTION.format(op=ISIN_OUT))
-    assert verify.exit_code(result) == 1
+    assert verify_text.exit_code(result) == 1
     assert list(failed(result)) == ["isin fallback"]
     assert ISIN_OUT in failed(result)["isin fallback"] and "CAUTION line" in failed(result)["isin fallback"]
 
@@ -157,7 +165,8 @@ def test_the_line_alone_fails_on_a_real_device():
                                   "fallback_disable": False})
     result = judged(report, CAUTION.format(op=ISIN_OUT))
     assert list(failed(result)) == ["isin fallback"]
-    assert verify.format_text(result).startswith("verify: FAILED on npu:0, a real Ascend NPU (Ascend910B")
+    text = verify_text.format_text(result)
+    assert text.startswith("verify: FAILED on npu:0, a real Ascend NPU (Ascend910B")
 
 
 def test_a_counted_fallback_without_its_line_means_something_silenced_it():
@@ -200,12 +209,12 @@ def test_other_fallbacks_are_findings_unless_strict():
     stderr = CAUTION.format(op="aten::foo")
     lenient = judged(report, stderr)
     assert lenient["ok"] and lenient["findings"] == ["aten::foo fell back to the CPU (generate, 3 times)"]
-    assert "note  aten::foo fell back" in verify.format_text(lenient)
+    assert "note  aten::foo fell back" in verify_text.format_text(lenient)
     strict = judged(report, stderr, True)
-    assert verify.exit_code(strict) == 1 and list(failed(strict)) == ["strict"]
+    assert verify_text.exit_code(strict) == 1 and list(failed(strict)) == ["strict"]
 
 
-@pytest.mark.parametrize("status", verify.BROKEN_PATCH_STATES)
+@pytest.mark.parametrize("status", verdict.BROKEN_PATCH_STATES)
 def test_broken_patch_states_fail(status):
     report = good_report()
     report["installation"]["patches"].update(status=status, code=1, drift=["transformers/x.py changed"])
@@ -294,14 +303,14 @@ def test_torch_npu_that_cannot_start_on_an_npu_machine_fails_with_the_cann_fix()
         "npu_machine": "/dev/davinci0 exists",
         "cann": "source /usr/local/Ascend/ascend-toolkit/set_env.sh in this shell, then verify again",
     }
-    result = verify.judge([Smoke("auto", list(smoke.STEPS), report)]).to_dict()
-    assert not result["ok"] and verify.exit_code(result) == 1
+    result = verdict.judge([Smoke("auto", list(smoke.STEPS), report)]).to_dict()
+    assert not result["ok"] and verify_text.exit_code(result) == 1
     device = next(c for c in result["checks"] if c["name"] == "device")
     assert "this machine has an NPU (/dev/davinci0 exists)" in device["detail"]
     assert "libhccl.so" in device["detail"]
     assert device["fix"].startswith("source /usr/local/Ascend/ascend-toolkit/set_env.sh")
     assert result["device"] == "npu" and result["simulator_reason"] is None  # never the simulator
-    text = verify.format_text(result)
+    text = verify_text.format_text(result)
     assert text.startswith("verify: FAILED on this machine's NPU: torch_npu did not start")
 
 
@@ -333,7 +342,7 @@ def test_broken_torch_and_missing_report_fail():
     broken = judged({"silencers": {}, "installation": good_report()["installation"], "steps": {},
                      "torch_error": "ImportError: no torch", "warnings": []})
     assert set(failed(broken)) == {"torch", "hook"}
-    crashed = verify.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)]).to_dict()
+    crashed = verdict.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)]).to_dict()
     assert "exited -11 without a report" in failed(crashed)["smoke test"]
 
 
@@ -352,9 +361,9 @@ def test_a_second_process_is_judged_with_the_first():
 def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_document():
     report = good_report()
     report["steps"]["generate"]["fallbacks"] = {ISIN_OUT: 2, "aten::foo": 1}
-    result = verify.judge([Smoke("sim", list(smoke.STEPS), report, CAUTION.format(op=ISIN_OUT))])
-    assert isinstance(result.checks[0], verify.Check) and result.device == "simulator"
-    assert result.fallbacks[ISIN_OUT] == verify.Fallback(line=True, count=2, steps=["generate"])
+    result = verdict.judge([Smoke("sim", list(smoke.STEPS), report, CAUTION.format(op=ISIN_OUT))])
+    assert isinstance(result.checks[0], verdict.Check) and result.device == "simulator"
+    assert result.fallbacks[ISIN_OUT] == verdict.Fallback(line=True, count=2, steps=["generate"])
     data = result.to_dict()
     assert list(data) == ["ok", "schema", "device", "device_name", "release", "simulator_reason", "strict",
                           "fallback_disable", "processes", "checks", "fallbacks", "findings",
@@ -363,17 +372,17 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
                                               "steps": ["generate"]}
     assert json.loads(json.dumps(data)) == data
     # The text report and the exit code read the same from the result and from its JSON document.
-    assert verify.format_text(result) == verify.format_text(data)
-    assert verify.exit_code(result) == verify.exit_code(data) == 1
+    assert verify_text.format_text(result) == verify_text.format_text(data)
+    assert verify_text.exit_code(result) == verify_text.exit_code(data) == 1
     result.python, result.seconds = "/usr/bin/python3", 1.25
     assert list(result.to_dict())[-2:] == ["python", "seconds"]
 
 
 def test_a_check_that_passed_has_no_fix():
-    assert verify.Check("hook", True, "fine", "ignored").to_dict() == {
+    assert verdict.Check("hook", True, "fine", "ignored").to_dict() == {
         "name": "hook", "ok": True, "detail": "fine", "fix": None}
-    assert verify.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
-    assert verify.Check.passed("hook", "fine").fix is None
+    assert verdict.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
+    assert verdict.Check.passed("hook", "fine").fix is None
 
 
 # -- the command, end to end, with a torch that cannot be imported ---------------------------------
@@ -431,7 +440,7 @@ def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, b
                                                  "this torch is broken (autoload=unset)")
     assert "(autoload=0)" in failed(result)["torch"]
     assert len(imported_by(tmp_path)) == 2
-    assert "on the simulator" in verify.format_text(result)
+    assert "on the simulator" in verify_text.format_text(result)
 
 
 def test_a_silencer_the_target_python_sets_itself_fails(tmp_path, broken_torch):
@@ -494,7 +503,7 @@ def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
     assert "reinstall" not in checks["torch"]["fix"] and "[sim]" in checks["torch"]["fix"]
     # "transformers None" and "(no op table)" for a simulator that never started.
     assert checks["patches"]["detail"].startswith("nothing to do: transformers (not installed) in /site")
-    text = verify.format_text(result)
+    text = verify_text.format_text(result)
     assert "no op table" not in text and "None" not in text
     assert text.startswith("verify: FAILED on the simulator, not a real NPU (it did not start: see the "
                            "checks below)")
@@ -505,11 +514,11 @@ def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
 
 
 def test_the_last_line_states_the_verdict_and_its_cause():
-    passed = verify.format_text(judged(good_report()))
+    passed = verify_text.format_text(judged(good_report()))
     assert passed.splitlines()[-1] == "verify: passed: all 8 checks passed"
     report = good_report()
     report["installation"]["hook_files"] = []
-    assert verify.format_text(judged(report)).splitlines()[-1] == (
+    assert verify_text.format_text(judged(report)).splitlines()[-1] == (
         "verify: FAILED: 1 of 8 checks failed: hook (fix lines above)")
 
 

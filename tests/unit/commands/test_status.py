@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ascend_env.commands.status import describe_hook
+from typed_reports import unknown_keys
+
+from ascend_env.commands.status import HookPart, describe_hook
 from ascend_env.output import continued
 
 # torch_npu 2.1.0.post6's ImportError where CANN's libraries are missing, as a Docker image shows it.
@@ -12,8 +14,10 @@ IMPORT_ERROR = (
 )
 
 
-def _hook(**probe: object) -> dict:
-    return {"installed": ["ascend_env_hook.pth", "ascend_env_hook.py"], "current": True, "probe": probe}
+def _hook(**probe: object) -> HookPart:
+    part = {"installed": ["ascend_env_hook.pth", "ascend_env_hook.py"], "current": True, "probe": probe}
+    assert unknown_keys(part, HookPart) == []  # a probe's answer, as hook.files.probe types it
+    return part  # type: ignore[return-value]
 
 
 def test_continued_indents_every_later_line():
