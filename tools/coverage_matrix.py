@@ -36,6 +36,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+# This checkout's ascend_env (its fix registry names what the page says), installed or not.
+sys.path.insert(1, str(ROOT))
 
 from coverage_models import ARCHITECTURES, STRATEGIES  # noqa: E402
 

@@ -54,8 +54,8 @@ _MLA: Dict[str, Any] = {
 
 # name -> (category, model_type, config overrides on top of the shrunken defaults, model class).
 # The classes: "causal" (AutoModelForCausalLM), "seq2seq" (AutoModelForSeq2SeqLM), "speech"
-# (AutoModelForSpeechSeq2Seq, log-mel input features), "vision" (AutoModelForImageTextToText or
-# the named class, one image).
+# (AutoModelForSpeechSeq2Seq, log-mel input features), "vision" (AutoModelForImageTextToText, or
+# AutoModelForVision2Seq in releases before it; one image per row).
 ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any], str]] = {
     "gpt2": ("decoder-only", "gpt2", {}, "causal"),
     "llama": ("decoder-only", "llama", {}, "causal"),
@@ -97,7 +97,20 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any], str]] = {
     "whisper": ("speech", "whisper", {"num_mel_bins": 8, "max_source_positions": 16,
                                       "max_target_positions": 64, "decoder_start_token_id": 1,
                                       "begin_suppress_tokens": None, "suppress_tokens": None}, "speech"),
+    # A llama decoder over a CLIP vision tower: sub-configs are (model_type, overrides) pairs,
+    # shrunken the same way; 16-pixel images in 8-pixel patches give IMAGE_TOKENS features.
+    "llava": ("vision-language", "llava", {
+        "text_config": ("llama", {}),
+        "vision_config": ("clip_vision_model", {"image_size": 16, "patch_size": 8, "projection_dim": 32,
+                                                "num_channels": 3}),
+        "image_token_index": 90, "image_seq_length": 4, "vision_feature_layer": -1,
+        "projector_hidden_act": "gelu"}, "vision"),
 }
+
+# The llava image's placeholder token. The prompt holds it once per patch feature where the config
+# has ``image_seq_length`` (transformers 4.46 then takes its current path, not the "legacy
+# processing" that expands fewer); once per image before that (4.40 expands each itself).
+IMAGE_TOKEN = 90
 
 # Shrunken defaults, applied where the config has the attribute.
 _SMALL: Dict[str, Any] = {
@@ -118,7 +131,9 @@ def _config(model_type: str, overrides: Dict[str, Any]) -> Any:
 
     default = AutoConfig.for_model(model_type)
     small = {key: value for key, value in _SMALL.items() if hasattr(default, key)}
-    return AutoConfig.for_model(model_type, **{**small, **overrides})
+    # Sub-configs (a vision-language model's text and vision parts) are built the same way.
+    built = {key: _config(*value) if isinstance(value, tuple) else value for key, value in overrides.items()}
+    return AutoConfig.for_model(model_type, **{**small, **built})
 
 
 def build(name: str) -> Any:
@@ -130,8 +145,10 @@ def build(name: str) -> Any:
     if model_type not in tf.CONFIG_MAPPING:
         raise LookupError(f"transformers {tf.__version__} has no model type {model_type!r}")
     config = _config(model_type, overrides)
+    # AutoModelForImageTextToText came in transformers 4.46; AutoModelForVision2Seq before it.
+    vision = getattr(tf, "AutoModelForImageTextToText", None) or tf.AutoModelForVision2Seq
     auto = {"causal": tf.AutoModelForCausalLM, "seq2seq": tf.AutoModelForSeq2SeqLM,
-            "speech": tf.AutoModelForSpeechSeq2Seq}[kind]
+            "speech": tf.AutoModelForSpeechSeq2Seq, "vision": vision}[kind]
     torch.manual_seed(0)
     return auto.from_config(config).eval()
 
@@ -160,6 +177,15 @@ def _inputs(model: Any, device: str, batch1: bool) -> Dict[str, Any]:
         torch.manual_seed(1)
         features = torch.randn(len(prompt), model.config.num_mel_bins, 2 * model.config.max_source_positions)
         return {"input_features": features.to(device)}
+    if getattr(model.config, "model_type", "") == "llava":
+        vision = model.config.vision_config
+        torch.manual_seed(1)
+        pixels = torch.randn(len(prompt), vision.num_channels, vision.image_size, vision.image_size)
+        # The override is kept as an unknown attribute where the config class lacks the field.
+        known = hasattr(type(model.config)(), "image_seq_length")
+        placeholders = model.config.image_seq_length if known else 1
+        ids = torch.tensor([[IMAGE_TOKEN] * placeholders + row for row in prompt], device=device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels.to(device)}
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
