@@ -1,7 +1,7 @@
 """Check that every relative link of a Markdown file resolves: the file exists, and an anchor names
 a heading of the Markdown file it points into (GitHub's heading ids).
 
-    python tools/check_links.py [FILE ...]      # default: README.md and docs/*.md
+    python tools/check_links.py [FILE ...]      # default: README.md, CONTRIBUTING.md, docs/*.md
 
 A code span that names a path in the repository (`tests/...`, `tools/...`, ...) must name one
 that exists, so that the text never sends a reader to a file that was renamed. Web links
@@ -128,7 +128,7 @@ def broken_links(source: Path, root: Path = ROOT) -> List[str]:
 
 
 def default_files() -> List[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
