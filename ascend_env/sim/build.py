@@ -93,6 +93,7 @@ def ensure_built() -> Path:
     target_dir = build_dir()
     library = target_dir / LIBRARY_NAME
     if library.exists():
+        _check_ancestors(cache_root())
         _check_private(cache_root(), target_dir, library)
         return library
     try:
@@ -102,6 +103,7 @@ def ensure_built() -> Path:
             f"cannot create the build cache {target_dir}: {exc.strerror}.",
             "set ASCEND_ENV_CACHE_DIR to a writable directory",
         ) from None
+    _check_ancestors(cache_root())
     _check_private(cache_root(), target_dir)
     with _locked(target_dir / "build.lock"):
         if library.exists():  # another process finished it while we waited
@@ -158,15 +160,18 @@ def killed(returncode: int, output: str) -> bool:
 
 def load(torch: Any) -> Path:
     """Build (if need be) and load the library into ``torch``; a cached library that does not load
-    (damaged on disk) is removed and built again, once."""
+    (damaged on disk) is removed and built again, once.
+
+    The library is loaded from the descriptor that was checked (``/proc/self/fd/N``), so that a
+    file swapped in at its path after the check is never the one loaded."""
     library = ensure_built()
     try:
-        torch.ops.load_library(str(library))
+        _load_checked(torch, library)
     except OSError as first:
         library.unlink(missing_ok=True)
         library = ensure_built()
         try:
-            torch.ops.load_library(str(library))
+            _load_checked(torch, library)
         except OSError as again:
             raise EnvironmentProblem(
                 f"the simulated NPU backend {library} does not load, even rebuilt: {again} "
@@ -174,6 +179,27 @@ def load(torch: Any) -> Path:
                 "check that the C++ compiler matches the one torch was built for",
             ) from None
     return library
+
+
+def _load_checked(torch: Any, library: Path) -> None:
+    """``torch.ops.load_library`` of the file opened and checked here, by descriptor (its own
+    ``realpath`` would turn ``/proc/self/fd/N`` back into a path: torch/_ops.py, load_library)."""
+    import ctypes
+
+    fd = os.open(library, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_private_file(library, os.fstat(fd))
+        by_descriptor = f"/proc/self/fd/{fd}"
+        path = by_descriptor if os.path.exists(by_descriptor) else str(library)  # no /proc: the path
+        guard = getattr(torch._ops, "dl_open_guard", None)
+        if guard is None:
+            ctypes.CDLL(path)
+        else:
+            with guard():
+                ctypes.CDLL(path)
+        torch.ops.loaded_libraries.add(str(library))
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -202,18 +228,54 @@ def _locked(path: Path) -> Iterator[None]:
 def _check_private(*paths: Path) -> None:
     """Refuse a cache path that is a symbolic link, another user's, or writable by others."""
     for path in paths:
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            problem = "is a symbolic link"
-        elif info.st_uid != os.geteuid():
+        _check_private_file(path, os.lstat(path))
+
+
+def _check_private_file(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif info.st_uid != os.geteuid():
+        problem = f"belongs to another user (uid {info.st_uid})"
+    elif info.st_mode & 0o022:
+        problem = "is writable by other users"
+    else:
+        return
+    raise EnvironmentProblem(
+        f"the simulated NPU's build cache {path} {problem}: a library planted there would run "
+        "as you, so it is not used.",
+        _PRIVATE_FIX,
+    )
+
+
+_PRIVATE_FIX = ("set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write "
+                "(mkdir -m 700 DIR)")
+
+
+def _check_ancestors(root: Path) -> None:
+    """Refuse a cache root inside a directory where another user could rename it away and put
+    their own in its place (sudo without -H: root's cache in another user's home).
+
+    Every directory from the root's parent up to the first one that root owns and no one else
+    can write must be root's or this user's, and writable by others only with the sticky bit
+    (as ``/tmp`` is), as OpenSSH's ``StrictModes`` walks a path."""
+    euid = os.geteuid()
+    real = Path(os.path.realpath(root))
+    for directory in [real.parent, *real.parent.parents]:
+        try:
+            info = os.stat(directory)
+        except OSError:
+            return
+        if info.st_uid not in (0, euid):
             problem = f"belongs to another user (uid {info.st_uid})"
-        elif info.st_mode & 0o022:
+        elif info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
             problem = "is writable by other users"
+        elif info.st_uid == 0 and not info.st_mode & 0o022:
+            return
         else:
             continue
         raise EnvironmentProblem(
-            f"the simulated NPU's build cache {path} {problem}: a library planted there would run "
+            f"the simulated NPU's build cache {root} is inside {directory}, which {problem}: "
+            "they could replace the cache with their own, and a library planted there would run "
             "as you, so it is not used.",
-            "set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write "
-            "(mkdir -m 700 DIR)",
+            _PRIVATE_FIX,
         )

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -420,6 +421,60 @@ def test_another_users_library_is_refused(tmp_path, monkeypatch):
     os.chown(library, 65534, 65534)
     with pytest.raises(EnvironmentProblem, match="belongs to another user"):
         build.ensure_built()
+
+
+def test_a_cache_inside_a_directory_others_can_write_is_refused_unless_sticky(tmp_path, monkeypatch):
+    """Another user who can rename entries of a directory above the cache can put their own cache
+    in its place between the check and the load: such a directory is refused, a sticky one
+    (as /tmp) is not."""
+    from ascend_env.exceptions import EnvironmentProblem
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    build, library, compiles = _planted(shared, monkeypatch)
+    library.chmod(0o644)
+    shared.chmod(0o777)
+    with pytest.raises(EnvironmentProblem, match="writable by other users") as info:
+        build.ensure_built()
+    assert f"is inside {shared}, which" in str(info.value) and "ASCEND_ENV_CACHE_DIR" in info.value.fix
+    assert compiles == [] and library.read_text() == "planted"
+    shared.chmod(0o1777)
+    assert build.ensure_built() == library
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_cache_in_another_users_directory_is_refused(tmp_path, monkeypatch):
+    """sudo without -H: root's cache in another user's home, which that user can swap."""
+    from ascend_env.exceptions import EnvironmentProblem
+
+    home = tmp_path / "alice"
+    home.mkdir()
+    build, library, compiles = _planted(home, monkeypatch)
+    library.chmod(0o644)
+    os.chown(home, 65534, 65534)
+    with pytest.raises(EnvironmentProblem, match=r"which belongs to another user \(uid 65534\)"):
+        build.ensure_built()
+    assert compiles == []
+
+
+def test_the_library_loaded_is_the_file_checked_not_its_path(tmp_path, monkeypatch):
+    """A file swapped in at the library's path after the check is not the one loaded."""
+    import ctypes
+
+    build, library, _ = _planted(tmp_path, monkeypatch)
+    library.chmod(0o644)
+    loaded = []
+
+    def swap_then_load(path):
+        swapped = library.with_name("swapped")
+        swapped.write_text("swapped")
+        os.replace(swapped, library)
+        loaded.append((path, Path(path).read_text()))
+
+    monkeypatch.setattr(ctypes, "CDLL", swap_then_load)
+    build._load_checked(torch, library)
+    assert len(loaded) == 1 and loaded[0][0].startswith("/proc/self/fd/") and loaded[0][1] == "planted"
+    assert library.read_text() == "swapped"
 
 
 def test_a_symlinked_library_or_lock_is_refused_and_its_target_untouched(tmp_path, monkeypatch):
