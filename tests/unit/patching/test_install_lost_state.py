@@ -305,8 +305,14 @@ def tiny_wheel(directory: Path, name: str, version: str) -> Path:
 
 
 def run_pip(python: Path, *args: str) -> subprocess.CompletedProcess:
-    """pip (this environment's copy) for the environment of ``python``, offline."""
-    pip_home = str(Path(pip.__file__).parent.parent)
+    """pip (this environment's copy) for the environment of ``python``, offline. Only pip itself
+    is put on that Python's path: this environment's site-packages would show pip the
+    distributions installed here (ascend-env among them, where the tests run from its wheel)."""
+    only_pip = python.parent.parent / "pip-only"
+    if not only_pip.exists():
+        only_pip.mkdir()
+        (only_pip / "pip").symlink_to(Path(pip.__file__).parent)
+    pip_home = str(only_pip)
     code = (
         f"import sys; sys.path.append({pip_home!r})\n"
         "from pip._internal.cli.main import main\n"
