@@ -47,8 +47,14 @@ ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def _load(name: str) -> ModuleType:
+def _command_module(name: str) -> ModuleType:
+    """The module of command ``name`` (``commands/<name>.py``), imported on first use."""
     return importlib.import_module("ascend_env.commands." + name.replace("-", "_"))
+
+
+def _load(name: str) -> ModuleType:
+    """The module whose ``run`` :func:`main` calls for command ``name``."""
+    return _command_module(name)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,11 +69,32 @@ class _Parser(argparse.ArgumentParser):
 
 class _CommandParser(_Parser):
     """A subcommand's parser: an option it does not know is its own error, with its own usage
-    (argparse would hand it to the top-level parser, whose usage says nothing of the command's)."""
+    (argparse would hand it to the top-level parser, whose usage says nothing of the command's).
+
+    The command's own options are added when the parser is first used (to parse, or for its help
+    or usage), so that a run imports only the chosen command's module and what that imports."""
+
+    def __init__(self, *args: Any, command: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._unconfigured = command
+
+    def _configure(self) -> None:
+        name, self._unconfigured = self._unconfigured, None
+        if name is not None:
+            _command_module(name).configure(self)
+
+    def format_usage(self) -> str:
+        self._configure()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._configure()
+        return super().format_help()
 
     def parse_known_args(  # type: ignore[override]
         self, args: Optional[Sequence[str]] = None, namespace: Optional[argparse.Namespace] = None
     ) -> Tuple[argparse.Namespace, List[str]]:
+        self._configure()
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -100,7 +127,7 @@ def _epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser for every subcommand."""
+    """The parser for every subcommand; a command's module loads when its parser is first used."""
     parser = _Parser(
         prog="ascend-env",
         description="Make transformers generation run fully on Ascend NPUs.",
@@ -112,10 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity_options(parser, default=None)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name, summary in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=summary, description=summary)
+        sub = subparsers.add_parser(name, help=summary, description=summary, command=name)
         sub.add_argument("--json", action="store_true", help="write machine-readable JSON to stdout")
         _verbosity_options(sub, default=argparse.SUPPRESS)
-        _load(name).configure(sub)
     return parser
 
 

@@ -16,6 +16,7 @@ kill lands in the work) or :func:`run_cli` (a fresh ``python -m ascend_env``).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -311,9 +312,10 @@ def _child(argv: Sequence[str], env: Dict[str, str]) -> None:
 
 def fork(argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """Start ``ascend-env argv`` in a forked child (output discarded); returns its pid."""
-    from ascend_env.cli import build_parser
+    from ascend_env.cli import COMMANDS
 
-    build_parser()  # imports every command once, in the parent, so children start at the work
+    for name in COMMANDS:  # import every command once, in the parent, so children start at the work
+        importlib.import_module("ascend_env.commands." + name.replace("-", "_"))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()

@@ -23,7 +23,7 @@ from packaging.version import Version
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ascend_env.kernels import isin as ops
+from ascend_env.kernels import strategies
 from ascend_env.kernels.isin import ATEN_KERNELS, NATIVE_OPS, STRATEGIES, isin
 
 _COMMON = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -407,8 +407,8 @@ def test_two_scalars_is_a_type_error():
 def test_table_of_wide_integers_needs_a_bound():
     elements, test = torch.arange(40, dtype=torch.int32), torch.tensor([1, 3], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"^the table strategy needs a value bound for torch.int32$"):
-        ops._membership(elements, test, torch.int32, False, None, strategy="table")
-    got = ops._membership(elements, test, torch.int32, True, None, strategy="table", bound=40)
+        strategies.membership(elements, test, torch.int32, False, None, strategy="table")
+    got = strategies.membership(elements, test, torch.int32, True, None, strategy="table", bound=40)
     assert torch.equal(got, ~torch.isin(elements, test))
 
 
@@ -417,8 +417,8 @@ def strategy_cases(draw):
     """Two tensors, the comparison dtype, a forced strategy and a chunk size."""
     elements, test = draw(tensors(max_numel=200)), draw(tensors(max_numel=200))
     dtype = comparison_dtype(elements, test)
-    names = [name for name in STRATEGIES if name != "table" or dtype in ops._TABLES]
-    chunk = draw(st.sampled_from([1, 7, 64, ops.CHUNK_BYTES]))
+    names = [name for name in STRATEGIES if name != "table" or dtype in strategies._TABLES]
+    chunk = draw(st.sampled_from([1, 7, 64, strategies.CHUNK_BYTES]))
     return elements, test, dtype, draw(st.sampled_from(names)), chunk
 
 
@@ -428,8 +428,8 @@ def test_every_strategy_is_exact(case, invert, into_buffer):
     """Each strategy, at any chunk size, gives the reference answer for any input."""
     elements, test, dtype, strategy, chunk = case
     dst = torch.empty(elements.numel(), dtype=torch.bool) if into_buffer else None
-    with mock.patch.object(ops, "CHUNK_BYTES", chunk):
-        got = ops._membership(elements, test, dtype, invert, dst, strategy=strategy)
+    with mock.patch.object(strategies, "CHUNK_BYTES", chunk):
+        got = strategies.membership(elements, test, dtype, invert, dst, strategy=strategy)
     assert got.shape == elements.shape
     assert torch.equal(got, reference(elements, test, invert))
     if into_buffer and elements.numel():
@@ -463,16 +463,16 @@ def test_sort_key_orders_within_16_bits(dtype, values, tests):
     info = torch.iinfo(dtype)
     values, tests = ([min(max(v, info.min), info.max) for v in vs] for vs in (values, tests))
     elements = torch.tensor(values, dtype=dtype)
-    key = ops._sort_key(elements)
+    key = strategies._sort_key(elements)
     assert key.dtype == torch.int16 and key.shape == elements.shape
     ordered = elements.sort()[0]
-    keys = ops._sort_key(ordered).tolist()
+    keys = strategies._sort_key(ordered).tolist()
     assert keys == sorted(keys)
-    if max(values) - min(values) < (2**13 if ops._KEY_HALVED else 2**14):
+    if max(values) - min(values) < (2**13 if strategies._KEY_HALVED else 2**14):
         assert len(set(keys)) == len(set(values))
     test, members = torch.tensor(tests, dtype=dtype), set(tests)
     for invert in (False, True):
-        got = ops._membership(elements, test, dtype, invert, None, strategy="sort-both")
+        got = strategies.membership(elements, test, dtype, invert, None, strategy="sort-both")
         assert got.tolist() == [(v in members) != invert for v in values]
 
 
@@ -488,14 +488,14 @@ def test_sort_key_ignores_a_few_outliers(dtype):
     elements[::100_000] = far
     elements[50_000] = -far
     bulk = elements.abs() < vocab
-    key = ops._sort_key(elements)
+    key = strategies._sort_key(elements)
     assert torch.unique(key[bulk]).numel() >= vocab // 16
     # In value order, the keys ascend but for at most two wraps: values past the trimmed range
     # at either end come round to the other end of int16, in order among themselves.
-    keys = ops._sort_key(elements[bulk].sort()[0])
+    keys = strategies._sort_key(elements[bulk].sort()[0])
     assert int((keys[1:] < keys[:-1]).sum()) <= 2
     test = torch.randint(0, vocab, (1000,), generator=generator, dtype=dtype)
-    assert ops.choose_strategy(elements.numel(), test.numel(), dtype) == "sort-both"
+    assert strategies.choose_strategy(elements.numel(), test.numel(), dtype) == "sort-both"
     assert torch.equal(isin(elements, test), torch.isin(elements, test))
 
 
@@ -504,36 +504,36 @@ def test_lookup_table_covers_the_whole_range(dtype):
     info = torch.iinfo(dtype)
     elements = torch.arange(info.min, info.max + 1).to(dtype).repeat(4)
     test = torch.tensor([info.min, info.max, 0, -1, 1, 77]).to(dtype).repeat(20)
-    assert ops.choose_strategy(elements.numel(), test.numel(), dtype) == "table"
+    assert strategies.choose_strategy(elements.numel(), test.numel(), dtype) == "table"
     for invert in (False, True):
         # torch 2.1's own isin aborts the process here (its CPU sort of int16 values near 2**15
-        # corrupts the heap, see ops._KEY_HALVED): the reference stands in for it there.
+        # corrupts the heap, see strategies._KEY_HALVED): the reference stands in for it there.
         crashes = TORCH < (2, 2) and dtype == torch.int16
         want = reference(elements, test, invert) if crashes else torch.isin(elements, test, invert=invert)
         assert torch.equal(isin(elements, test, invert=invert), want)
 
 
 def test_strategy_choice_by_size():
-    assert ops.choose_strategy(64, 8, torch.int64) == "brute"
-    assert ops.choose_strategy(4096, 8, torch.int64) == "brute"
-    assert ops.choose_strategy(10**6, 1, torch.float32) == "brute"
+    assert strategies.choose_strategy(64, 8, torch.int64) == "brute"
+    assert strategies.choose_strategy(4096, 8, torch.int64) == "brute"
+    assert strategies.choose_strategy(10**6, 1, torch.float32) == "brute"
     # From 8192 elements on, a pass per test element beats a broadcast, however few the pairs.
-    assert ops.choose_strategy(8192, 2, torch.int64) == "scan"
-    assert ops.choose_strategy(32000, 2, torch.int64) == "scan"
-    assert ops.choose_strategy(152064, 10, torch.int64) == "scan"
-    assert ops.choose_strategy(152064, 24, torch.int64) == "search"
-    assert ops.choose_strategy(32000, 1000, torch.int64) == "search"
+    assert strategies.choose_strategy(8192, 2, torch.int64) == "scan"
+    assert strategies.choose_strategy(32000, 2, torch.int64) == "scan"
+    assert strategies.choose_strategy(152064, 10, torch.int64) == "scan"
+    assert strategies.choose_strategy(152064, 24, torch.int64) == "search"
+    assert strategies.choose_strategy(32000, 1000, torch.int64) == "search"
     # Many integer elements: scan up to 32 test elements, search below 100, sort-both from there.
-    assert ops.choose_strategy(64 * 4096, 32, torch.int64) == "scan"
-    assert ops.choose_strategy(64 * 4096, 33, torch.int64) == "search"
-    assert ops.choose_strategy(64 * 4096, 99, torch.int64) == "search"
-    assert ops.choose_strategy(64 * 4096, 24, torch.float32) == "search"
-    assert ops.choose_strategy(64 * 4096, 100, torch.int64) == "sort-both"
-    assert ops.choose_strategy(10**7, 10**5, torch.int64) == "sort-both"
-    assert ops.choose_strategy(10**7, 10**5, torch.float32) == "search"
-    assert ops.choose_strategy(100, 1000, torch.uint8) == "table"
+    assert strategies.choose_strategy(64 * 4096, 32, torch.int64) == "scan"
+    assert strategies.choose_strategy(64 * 4096, 33, torch.int64) == "search"
+    assert strategies.choose_strategy(64 * 4096, 99, torch.int64) == "search"
+    assert strategies.choose_strategy(64 * 4096, 24, torch.float32) == "search"
+    assert strategies.choose_strategy(64 * 4096, 100, torch.int64) == "sort-both"
+    assert strategies.choose_strategy(10**7, 10**5, torch.int64) == "sort-both"
+    assert strategies.choose_strategy(10**7, 10**5, torch.float32) == "search"
+    assert strategies.choose_strategy(100, 1000, torch.uint8) == "table"
     for dtype in UNSIGNED:
-        assert ops.choose_strategy(100, 1000, dtype) == "brute"
+        assert strategies.choose_strategy(100, 1000, dtype) == "brute"
 
 
 # -- value_bound ----------------------------------------------------------------------------------
@@ -584,7 +584,7 @@ INT32_EDGES = (torch.tensor([0, 6, 7], dtype=torch.int32), torch.tensor([-1, 7, 
 
 
 @_examples(0.5)
-@given(bounded_operands(), st.booleans(), st.sampled_from([1, 7, 64, ops.CHUNK_BYTES]), st.booleans())
+@given(bounded_operands(), st.booleans(), st.sampled_from([1, 7, 64, strategies.CHUNK_BYTES]), st.booleans())
 @example(WRAPS, False, 1, False)
 @example(WRAPS, True, 7, True)
 @example(INT32_EDGES, False, 1, True)
@@ -593,8 +593,8 @@ def test_bounded_table_is_exact_in_range(case, invert, chunk, into_buffer):
     elements, test, bound = case
     dtype = comparison_dtype(elements, test)
     dst = torch.empty(elements.numel(), dtype=torch.bool) if into_buffer else None
-    with mock.patch.object(ops, "CHUNK_BYTES", chunk):
-        forced = ops._membership(elements, test, dtype, invert, dst, strategy="table", bound=bound)
+    with mock.patch.object(strategies, "CHUNK_BYTES", chunk):
+        forced = strategies.membership(elements, test, dtype, invert, dst, strategy="table", bound=bound)
         public = isin(elements, test, invert=invert, value_bound=bound)
     check_bounded(elements, test, bound, forced, invert)
     check_bounded(elements, test, bound, public, invert)
@@ -613,7 +613,7 @@ def test_bounded_table_is_exact_in_range(case, invert, chunk, into_buffer):
 def test_value_bound_takes_the_table_and_matches_native(elements, test, bound):
     """Vocabulary-sized inputs in the bound: the table, bit for bit native's answer, out= too."""
     dtype = comparison_dtype(elements, test)
-    assert ops.choose_strategy(elements.numel(), test.numel(), dtype, bound) == "table"
+    assert strategies.choose_strategy(elements.numel(), test.numel(), dtype, bound) == "table"
     for invert in (False, True):
         want = torch.isin(elements, test, invert=invert)
         with OpAudit() as audit:
@@ -632,7 +632,7 @@ def test_value_bound_outside_is_not_found_and_reads_nothing_outside():
     inside = torch.arange(9000)
     elements = torch.cat([inside, torch.tensor([-1, 9000, 2**32 + 5, -(2**40), 2**62])])
     test = torch.cat([torch.arange(0, 9000, 2), torch.tensor([-1, 9000, 2**62, 2**32 + 5])])
-    assert ops.choose_strategy(elements.numel(), test.numel(), torch.int64, 9000) == "table"
+    assert strategies.choose_strategy(elements.numel(), test.numel(), torch.int64, 9000) == "table"
     got = isin(elements, test, value_bound=9000)
     assert got[:9000].tolist() == (inside % 2 == 0).tolist()
     assert got[9000:].tolist() == [False] * 5
@@ -640,17 +640,17 @@ def test_value_bound_outside_is_not_found_and_reads_nothing_outside():
 
 
 def test_value_bound_strategy_choice():
-    assert ops.choose_strategy(152064, 10, torch.int64, 152064) == "table"
-    assert ops.choose_strategy(64 * 4096, 100000, torch.int64, 32000) == "table"
-    assert ops.choose_strategy(64 * 4096, 4, torch.int32, 32000) == "table"
+    assert strategies.choose_strategy(152064, 10, torch.int64, 152064) == "table"
+    assert strategies.choose_strategy(64 * 4096, 100000, torch.int64, 32000) == "table"
+    assert strategies.choose_strategy(64 * 4096, 4, torch.int32, 32000) == "table"
     # Below 4 test elements a pass per test element costs less than the table.
-    assert ops.choose_strategy(152064, 3, torch.int64, 152064) == "scan"
+    assert strategies.choose_strategy(152064, 3, torch.int64, 152064) == "scan"
     # Few pairs stay a broadcast; a table far larger than the inputs is not filled.
-    assert ops.choose_strategy(64, 8, torch.int64, 32000) == "brute"
-    assert ops.choose_strategy(10000, 100, torch.int64, 10**9) == "search"
+    assert strategies.choose_strategy(64, 8, torch.int64, 32000) == "brute"
+    assert strategies.choose_strategy(10000, 100, torch.int64, 10**9) == "search"
     # 8 and 16-bit integers keep their whole-range table rule.
-    assert ops.choose_strategy(100, 1000, torch.int16, 50) == "search"
-    assert ops.choose_strategy(100, 1000, torch.uint8, 50) == "table"
+    assert strategies.choose_strategy(100, 1000, torch.int16, 50) == "search"
+    assert strategies.choose_strategy(100, 1000, torch.uint8, 50) == "table"
 
 
 @pytest.mark.parametrize("bound", [0, -3, 2**31 - 2, True, 2.0, "32000"])
@@ -855,15 +855,15 @@ def audited_calls(
     dtype = None
     if isinstance(elements, torch.Tensor) and isinstance(test, torch.Tensor) and strategy:
         dtype = comparison_dtype(elements, test)
-        if strategy == "table" and dtype not in ops._TABLES:
+        if strategy == "table" and dtype not in strategies._TABLES:
             dtype = None
-    with mock.patch.object(ops, "CHUNK_BYTES", chunk), warnings.catch_warnings(), OpAudit() as audit:
+    with mock.patch.object(strategies, "CHUNK_BYTES", chunk), warnings.catch_warnings(), OpAudit() as audit:
         warnings.simplefilter("ignore")  # resizing a non-empty out warns, as natively
         isin(elements, test, invert=invert)
         isin(elements, test, invert=invert, out=empty)
         isin(elements, test, invert=invert, out=strided)
         if dtype is not None:
-            ops._membership(elements, test, dtype, invert, None, strategy=strategy)
+            strategies.membership(elements, test, dtype, invert, None, strategy=strategy)
     return audit.seen
 
 
@@ -872,7 +872,7 @@ def audited_calls(
     operands(),
     st.booleans(),
     st.sampled_from([None, *STRATEGIES]),
-    st.sampled_from([1, 64, ops.CHUNK_BYTES]),
+    st.sampled_from([1, 64, strategies.CHUNK_BYTES]),
 )
 def test_dispatches_only_native_ops(pair, invert, strategy, chunk):
     elements, test = pair
@@ -901,7 +901,7 @@ def test_native_ops_is_exactly_what_is_dispatched():
     seen: set = set()
     for elements, test, strategy in cases:
         for invert in (False, True):
-            for chunk in (8, ops.CHUNK_BYTES):
+            for chunk in (8, strategies.CHUNK_BYTES):
                 seen |= audited_calls(elements, test, invert, strategy, chunk)
     elements, test = torch.arange(10000), torch.arange(0, 100, 7)
     with OpAudit() as audit:  # value_bound's table
@@ -981,7 +981,7 @@ def test_peak_memory_is_bounded_by_chunks(numel, tests, dtype):
     with peak_memory(elements, test, out) as meter:
         isin(elements, test, out=out)
     assert torch.equal(out, torch.isin(elements, test))
-    bound = 3 * ops.CHUNK_BYTES + 32 * tests
+    bound = 3 * strategies.CHUNK_BYTES + 32 * tests
     assert meter.peak <= bound < numel * tests // 4
 
 
@@ -993,7 +993,7 @@ def test_peak_memory_with_value_bound_is_the_table_and_a_chunk():
     with peak_memory(elements, test, out) as meter:
         isin(elements, test, out=out, value_bound=vocab)
     assert torch.equal(out, torch.isin(elements, test))
-    assert meter.peak <= ops.CHUNK_BYTES + vocab + 2 + 16 * tests
+    assert meter.peak <= strategies.CHUNK_BYTES + vocab + 2 + 16 * tests
 
 
 # -- on the simulated NPU -------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -228,3 +229,33 @@ def test_one_source_for_every_reinstall_command():
                if any(flag in path.read_text(encoding="utf-8") for flag in flags)
                and path.name != "exceptions.py"]
     assert by_hand == []
+
+
+#: Runs ``python -m ascend_env ARGS`` as ``-m`` would, then writes the modules it imported to
+#: the file named by the first argument (at exit, whatever the exit code).
+_IMPORTS_AT_EXIT = """
+import atexit, json, runpy, sys
+record, sys.argv = sys.argv[1], ["ascend-env", *sys.argv[2:]]
+atexit.register(lambda: open(record, "w").write(json.dumps(sorted(sys.modules))))
+runpy.run_module("ascend_env", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("argv", [("detect", "--json"), ("status", "--help")])
+def test_a_command_imports_only_what_it_needs(argv, tmp_path):
+    """``detect`` and ``status`` load neither the checks, nor the simulator, nor torch: the CLI
+    imports the chosen command's module alone."""
+    record = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_AT_EXIT, str(record), *argv],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode in (0, 1), done.stderr
+    if "--json" in argv:
+        assert isinstance(json.loads(done.stdout), dict)
+    modules = json.loads(record.read_text())
+    assert f"ascend_env.commands.{argv[0]}" in modules
+    unwanted = [name for name in modules
+                if name in ("torch", "ascend_env.checks", "ascend_env.sim")
+                or name.startswith(("torch.", "ascend_env.checks.", "ascend_env.sim."))]
+    assert unwanted == []
+    others = {f"ascend_env.commands.{name.replace('-', '_')}" for name in cli.COMMANDS if name != argv[0]}
+    assert others.isdisjoint(modules)
