@@ -147,8 +147,11 @@ def summarize(result: Dict[str, Any]) -> Dict[str, Any]:
     return summary
 
 
-def run(python: str, table: str, archs: List[str], strategies: List[str], data: Path) -> Dict[str, Any]:
-    """Both phases for one environment and table; merges the record into ``data``; returns it."""
+def run(python: str, table: str, archs: List[str], strategies: List[str], data: Path,
+        notes: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Both phases for one environment and table; merges the record into ``data``; returns it.
+    ``notes``: what the environment needed beyond transformers' own requirements, and why; the page
+    prints them under the run."""
     started = time.monotonic()
     phases: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ascend-env-coverage-") as scratch:
@@ -160,7 +163,7 @@ def run(python: str, table: str, archs: List[str], strategies: List[str], data: 
         phases["after"] = summarize(after)
     record = {"table": table, "torch": before["torch"].split("+")[0], "transformers": before["transformers"],
               "python": _python_version(python), "strategies": strategies, "phases": phases,
-              "seconds": round(time.monotonic() - started)}
+              "seconds": round(time.monotonic() - started), "notes": list(notes or [])}
     merge(data, record)
     return record
 
@@ -195,6 +198,7 @@ def merge(data: Path, record: Dict[str, Any]) -> None:
                 archs[name] = _merged(archs[name], arch) if name in archs else arch
         earlier["strategies"] = list(dict.fromkeys(earlier["strategies"] + record["strategies"]))
         earlier["seconds"] += record["seconds"]
+        earlier["notes"] = list(dict.fromkeys(earlier.get("notes", []) + record.get("notes", [])))
         record = earlier
     document["runs"][key(record)] = record
     save(data, document)
@@ -217,10 +221,13 @@ def _merged(earlier: Dict[str, Any], later: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def problems(record: Dict[str, Any]) -> List[str]:
-    """What makes a run fail: fallbacks after install, tokens that differ, NPU-only errors."""
+    """What makes a run fail: fallbacks after install, tokens that differ, NPU-only errors, and a
+    model not built for another reason than a model type this transformers release lacks."""
     found = []
     for phase in PHASES:
         for name, arch in record["phases"][phase].items():
+            if arch["error"] and not arch["error"].startswith("LookupError: "):
+                found.append(f"{phase}: {name} not built: {arch['error']}")
             for strategy, status in arch["strategies"].items():
                 if status == "differs" or status.startswith("npu error"):
                     found.append(f"{phase}: {name} {strategy}: {status}")
@@ -335,6 +342,8 @@ def render_page(document: Dict[str, Any]) -> str:
         lines += [f"## {name}", "",
                   f"{extra}Python {record['python']}; {len(record['strategies'])} strategies; "
                   f"{record['seconds']} s on 2 shared cores.", ""]
+        for note in record.get("notes", []):
+            lines += [f"Note: {note}", ""]
         copied = sorted({fix.family for fix in FIXES if fix.copies_to_host(record["table"])})
         if copied:
             lines += [f"torch_npu {record['table']} registers {', '.join(f'`{op}`' for op in copied)} with a "
@@ -408,6 +417,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     runner.add_argument("--strategies", default=",".join(STRATEGIES))
     runner.add_argument("--sample", action="store_true", help="the CI sample (its table, archs, strategies)")
     runner.add_argument("--data", type=Path, default=DATA)
+    runner.add_argument("--note", action="append", default=[],
+                        help="what the environment needed beyond transformers' requirements, and why "
+                             "(printed under the run; repeatable)")
     commands.add_parser("render", help="write docs/coverage.md and the summary in docs/simulator.md")
     commands.add_parser("check", help="exit 1 when the generated docs differ from the data")
     args = parser.parse_args(argv)
@@ -420,7 +432,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         unknown = sorted(set(archs) - set(ARCHITECTURES)) + sorted(set(strategies) - set(STRATEGIES))
         if unknown:
             parser.error(f"unknown architectures or strategies: {', '.join(unknown)}")
-        record = run(args.python, table, archs, strategies, args.data)
+        record = run(args.python, table, archs, strategies, args.data, args.note)
         found = problems(record)
         print(json.dumps({"run": key(record), "seconds": record["seconds"], "problems": found}, indent=1))
         return 1 if found else 0

@@ -120,3 +120,24 @@ def test_the_matrix_is_each_table_with_its_pinned_torch_and_other_pairings_are_e
     assert page.index("## torch_npu 2.3.1 table") < page.index("## torch_npu 2.2.0 table, torch 2.3.1")
     assert "An extra pairing (torch_npu 2.2.0 pins torch 2.2.0); Python 3.10.13" in page
     assert "An extra pairing (torch_npu 2.3.1" not in page
+
+
+def test_a_model_not_built_for_another_reason_than_a_missing_model_type_is_a_problem():
+    record = _record({}, {}, {})
+    assert coverage_matrix.problems(record) == []
+    record["phases"]["before"]["llama"]["error"] = "LookupError: transformers 4.40.0 has no model type 'x'"
+    assert coverage_matrix.problems(record) == []
+    # transformers 4.53.3 imports einops wherever torch_npu imports; without it no model builds.
+    error = "ModuleNotFoundError: Could not import module 'LlamaForCausalLM'."
+    record["phases"]["after"]["llama"]["error"] = error
+    assert coverage_matrix.problems(record) == [f"after: llama not built: {error}"]
+
+
+def test_notes_are_kept_across_merges_and_printed_under_the_run(tmp_path):
+    data = tmp_path / "coverage.json"
+    coverage_matrix.merge(data, {**_record({}, {}, {"greedy_2eos": "same"}), "notes": ["einops installed"]})
+    coverage_matrix.merge(data, {**_record({}, {}, {"sampling": "same"}), "notes": ["einops installed", "b"]})
+    (record,) = coverage_matrix.load(data)["runs"].values()
+    assert record["notes"] == ["einops installed", "b"]
+    page = coverage_matrix.render_page(coverage_matrix.load(data))
+    assert "\nNote: einops installed\n\nNote: b\n" in page
