@@ -551,3 +551,21 @@ def test_the_simulated_torch_npu_wins_over_a_real_one_that_cannot_start(tmp_path
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["probed"].startswith(str(real)) and report["imported"].startswith(report["dir"])
+
+
+def test_npu_rotary_mul_applies_rotary_embeddings_as_transformers_does(npu):
+    # The module alone, as above. transformers 4.53 imports npu_rotary_mul where torch_npu imports.
+    source = Path(sim.torch_npu_path(), "torch_npu", "_rotary.py")
+    spec = importlib.util.spec_from_file_location("_sim_rotary", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    x, cos, sin = torch.randn(2, 5, 4, 8), torch.randn(1, 5, 1, 8), torch.randn(1, 5, 1, 8)
+    half = x.shape[-1] // 2
+    expected = x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin  # rotate_half
+    out = module.npu_rotary_mul(x.to(npu), cos.to(npu), sin.to(npu))
+    assert out.device.type == "npu"
+    assert torch.equal(out.cpu(), expected)
+    assert not torch.equal(out.cpu(), x * cos + x * sin)
+    with pytest.raises(NotImplementedError, match="rotary_mode='half' only"):
+        module.npu_rotary_mul(x, cos, sin, rotary_mode="interleave")

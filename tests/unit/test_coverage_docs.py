@@ -99,3 +99,45 @@ def test_merge_adds_strategies_to_an_architecture(tmp_path):
     llama = record["phases"]["before"]["llama"]
     assert llama["strategies"] == {"greedy_2eos": "same", "stop_strings": "same"}
     assert llama["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 4}
+
+
+def test_the_matrix_is_each_table_with_its_pinned_torch_and_other_pairings_are_extra(tmp_path):
+    cells = coverage_matrix.matrix_cells()
+    assert [(c["table"], c["torch"]) for c in cells] == [
+        ("2.1.0.post6", "2.1.0"), ("2.1.0.post6", "2.1.0"), ("2.2.0", "2.2.0"), ("2.2.0", "2.2.0"),
+        ("2.3.1", "2.3.1"), ("2.3.1", "2.3.1")]
+    data = tmp_path / "coverage.json"
+    extra = _record({}, {}, {"greedy_2eos": "same"})  # table 2.2.0 with torch 2.3.1
+    pinned = {**_record({}, {}, {"greedy_2eos": "same"}), "table": "2.3.1"}
+    coverage_matrix.merge(data, extra)
+    coverage_matrix.merge(data, pinned)
+    document = coverage_matrix.load(data)
+    text = coverage_matrix.matrix_text(document)
+    assert "1 of its 6 cells are measured below" in text
+    assert "torch_npu 2.2.0 table, torch 2.2.0, transformers 4.57.6" in text  # named as not yet measured
+    assert text.endswith("follow as extra: table 2.2.0 with torch 2.3.1 and transformers 4.57.6.")
+    page = coverage_matrix.render_page(document)
+    assert page.index("## torch_npu 2.3.1 table") < page.index("## torch_npu 2.2.0 table, torch 2.3.1")
+    assert "An extra pairing (torch_npu 2.2.0 pins torch 2.2.0); Python 3.10.13" in page
+    assert "An extra pairing (torch_npu 2.3.1" not in page
+
+
+def test_a_model_not_built_for_another_reason_than_a_missing_model_type_is_a_problem():
+    record = _record({}, {}, {})
+    assert coverage_matrix.problems(record) == []
+    record["phases"]["before"]["llama"]["error"] = "LookupError: transformers 4.40.0 has no model type 'x'"
+    assert coverage_matrix.problems(record) == []
+    # transformers 4.53.3 imports einops wherever torch_npu imports; without it no model builds.
+    error = "ModuleNotFoundError: Could not import module 'LlamaForCausalLM'."
+    record["phases"]["after"]["llama"]["error"] = error
+    assert coverage_matrix.problems(record) == [f"after: llama not built: {error}"]
+
+
+def test_notes_are_kept_across_merges_and_printed_under_the_run(tmp_path):
+    data = tmp_path / "coverage.json"
+    coverage_matrix.merge(data, {**_record({}, {}, {"greedy_2eos": "same"}), "notes": ["einops installed"]})
+    coverage_matrix.merge(data, {**_record({}, {}, {"sampling": "same"}), "notes": ["einops installed", "b"]})
+    (record,) = coverage_matrix.load(data)["runs"].values()
+    assert record["notes"] == ["einops installed", "b"]
+    page = coverage_matrix.render_page(coverage_matrix.load(data))
+    assert "\nNote: einops installed\n\nNote: b\n" in page

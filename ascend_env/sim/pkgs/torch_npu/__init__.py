@@ -24,12 +24,13 @@ if _sim.enabled_table() is None:
 from ascend_env.sim import device as npu  # noqa: E402
 
 from ._fusion import npu_fusion_attention  # noqa: E402,F401
+from ._rotary import npu_rotary_mul  # noqa: E402,F401
 
 sys.modules[__name__ + ".npu"] = npu
 __version__ = _sim.enabled_table()
 #: Tells the startup hook's record that the torch_npu it heard of is this stand-in.
 ASCEND_ENV_SIMULATED = True
-__all__ = ["npu", "npu_fusion_attention"]
+__all__ = ["npu", "npu_fusion_attention", "npu_rotary_mul"]
 
 
 def _apply_patches(monkey_patches: Iterable[Sequence[Any]]) -> None:
@@ -60,5 +61,5 @@ def __getattr__(name: str) -> NoReturn:
         raise AttributeError(name)
     raise AttributeError(
         f"the simulated torch_npu has no torch_npu.{name}; ascend-env's simulator models torch_npu.npu "
-        "(torch.npu), torch_npu.contrib.transfer_to_npu and npu_fusion_attention"
+        "(torch.npu), torch_npu.contrib.transfer_to_npu, npu_fusion_attention and npu_rotary_mul"
     )
