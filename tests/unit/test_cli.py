@@ -121,7 +121,11 @@ def test_version_flag_says_where_it_runs_from_and_on_which_python():
     result = run_cli("--version")
     assert result.returncode == 0
     version = ".".join(map(str, sys.version_info[:3]))
-    assert result.stdout == (f"ascend-env {cli.__version__} from {Path(ROOT) / 'ascend_env'} "
+    # The package that runs: what `python -m` finds from here (a checkout, or an installed wheel).
+    where = subprocess.run([sys.executable, "-c", "import ascend_env, pathlib; "
+                            "print(pathlib.Path(ascend_env.__file__).parent)"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert result.stdout == (f"ascend-env {cli.__version__} from {where} "
                              f"(Python {version}, {sys.executable})\n")
 
 

@@ -482,11 +482,13 @@ def test_a_python_without_ascend_env_exits_2(tmp_path):
     assert code == 2, err
     result = json.loads(out)
     assert result["error"] == "EnvironmentProblem" and "cannot import ascend_env" in result["problem"]
-    # The fix installs this ascend-env (here: the checkout it runs from), never a name on an index.
+    # The fix installs this ascend-env (the checkout it runs from, or the wheel it was installed
+    # from), never a name on an index.
     from ascend_env import origin
 
     assert result["fix"] == f"install this ascend-env into it: {origin.install_command(str(wrapper))}"
-    assert str(Path(verify.__file__).resolve().parents[2]) in result["fix"]
+    where = origin.source()
+    assert where is not None and where in result["fix"]
     assert "pip install ascend-env" not in result["fix"]
 
 
