@@ -211,8 +211,9 @@ def as_nobody(argv: list) -> subprocess.CompletedProcess:
         pytest.skip("needs root and setpriv to run as an unprivileged user")
     prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
     env = {**os.environ, "HOME": "/"}
-    probe = subprocess.run([*prefix, "-m", "ascend_env", "--version"], capture_output=True, text=True,
-                           timeout=120, env=env)
+    # What the commands below import (--version alone loads no command, nor packaging).
+    probe = subprocess.run([*prefix, "-c", "import ascend_env.commands.install, ascend_env.commands.status"],
+                           capture_output=True, text=True, timeout=120, env=env)
     if probe.returncode != 0:  # e.g. a libpython, a venv or a dependency under a home only root reads
         pytest.skip(f"this interpreter cannot run ascend_env as nobody: {probe.stderr.strip()[-200:]}")
     return subprocess.run([*prefix, "-m", "ascend_env", *argv], capture_output=True, text=True,
