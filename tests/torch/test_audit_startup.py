@@ -25,7 +25,7 @@ USES_NPU = textwrap.dedent(
     import sys
     {first}
     x = torch.tensor([1, 2, 3], device="npu")
-    print(int(torch.isin(x, x[1:]).sum()))
+    print(int(torch.isin(x, x[1:]).sum()), flush=True)  # before the stderr line, buffered or not
     print("torch_npu" in sys.modules, file=sys.stderr)
     """
 )
