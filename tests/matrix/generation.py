@@ -89,7 +89,11 @@ def run_device(device: str) -> Dict[str, Any]:
         sim.enable(torch_npu=table or None)
         sim.add_torch_npu_to_path()
         # As a real program reaches torch_npu: transformers' own check probes for it, then imports it.
-        if not transformers.utils.is_torch_npu_available():
+        # The check is cached (lru_cache), and transformers >= 4.49 asks it while building the
+        # CPU run's model, before torch_npu was on the path here; a real program has it from the start.
+        check = transformers.utils.is_torch_npu_available
+        getattr(check, "cache_clear", lambda: None)()
+        if not check():
             raise AssertionError("transformers does not see the simulated torch_npu")
     model = tiny_llama().to(name)
     if name == "npu":
