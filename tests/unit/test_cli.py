@@ -210,7 +210,9 @@ def test_the_sim_extra_pins_what_the_old_torch_envs_test():
                 if r.marker is None or r.marker.evaluate(env)}
 
     for torch, python in pythons.items():
-        wanted = {line.split(": ")[1] for line in deps if line.startswith(f"{torch}:")}
+        # einops: only for the transformers 4.53 matrix runs of those envs, not for the extra's 4.46.3.
+        wanted = {line.split(": ")[1] for line in deps
+                  if line.startswith(f"{torch}:") and not line.split(": ")[1].startswith("einops")}
         assert chosen(python) >= wanted | {f"torch=={torch}", "transformers==4.46.3"}, torch
     assert chosen("3.11") == {"torch==2.13.0", "transformers==4.46.3"}
 
