@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ascend_env.commands import add_patches_dir, add_target
 from ascend_env.exceptions import UsageError
-from ascend_env.hook import compile_guard
+from ascend_env.hook import compile_guard, files
 from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching import engine
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         site_packages,
         patches="never" if args.hook_only else args.patches,
         dry_run=args.dry_run,
-        extra_files=engine.startup_hook_files(site_packages, guard),
+        extra_files=engine.startup_hook_files(site_packages, files.written(guard)),
         search_sys_path=args.target is None,
         directory=Path(args.patches_dir) if args.patches_dir else None,
     )

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from ascend_env.detect import cann as cann_mod
-from ascend_env.detect import compat, socs
+from ascend_env.detect import compat, hook_site, socs
 from ascend_env.detect import driver as driver_mod
 from ascend_env.detect import packages as distributions
+from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
-from ascend_env.hook import compile_guard
-from ascend_env.hook import files as hook_files
 from ascend_env.kernels.registry import FIXES, families
 
 SCHEMA = 1
@@ -130,7 +129,7 @@ class CompileMode:
 
     soc: Optional[str]
     soc_source: str
-    kernels: compile_guard.Kernels
+    kernels: Kernels
     jit_compile_default: Optional[bool] = None
 
     @property
@@ -164,8 +163,8 @@ class CompileMode:
 def _read_compile_mode(environ: Mapping[str, str], toolkit: cann_mod.Toolkit,
                       npu_smi: Optional[Callable[[], str]] = None) -> CompileMode:
     """The SoC (``$ASCEND_ENV_SOC`` or ``npu-smi info``), the binary kernels and the JIT default."""
-    soc, source = compile_guard.machine_soc(environ, npu_smi)
-    kernels = compile_guard.find_kernels(toolkit.root)
+    soc, source = machine_soc(environ, npu_smi)
+    kernels = find_kernels(toolkit.root)
     return CompileMode(soc, source, kernels, None if soc is None else socs.jit_compile_default(soc))
 
 
@@ -308,7 +307,7 @@ def read_fixes(torch_npu: Package, sites: Sequence[Path]) -> List[FixedOp]:
         ops = read_torch_npu(torch_npu.package_dir)
     except AscendEnvError as exc:
         return [FixedOp(op, "unknown", [], f"unknown: {exc.problem}") for op in families()]
-    hooked = [site for site in sites if hook_files.installed(site)]
+    hooked = [site for site in sites if hook_site.installed(site)]
     release = f"torch_npu {torch_npu.version}"
     found = []
     for family in families():
@@ -360,7 +359,7 @@ def detect(
     site_packages = distributions.site_packages() if paths is None else list(paths)
     isin.hook_site = transformers.location or (site_packages[0] if site_packages else None)
     if isin.hook_site is not None:
-        isin.hook_installed = bool(hook_files.installed(isin.hook_site))
+        isin.hook_installed = bool(hook_site.installed(isin.hook_site))
     compile_mode = _read_compile_mode(environ, toolkit, npu_smi)
     verdict = _compat_verdict(table, torch, torch_npu, toolkit, version_info)
     notes = _notes(environ, torch_npu, toolkit, compile_mode)

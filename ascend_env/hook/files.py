@@ -17,10 +17,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, List, Optional, TypedDict, cast
 
-NAME = "ascend_env_hook"
-MODULE_FILE = NAME + ".py"
-PTH_FILE = NAME + ".pth"
-START_FILE = NAME + ".start"
+from ascend_env.detect.hook_site import MODULE_FILE, NAME, PTH_FILE, START_FILE, installed
+
+__all__ = [
+    "ANSWER_LIMIT", "GUARD_OFF", "GUARD_ON", "HookProbe", "MODULE_FILE", "NAME", "PTH_FILE", "PTH_TEXT",
+    "START_FILE", "START_TEXT", "bytecode", "compile_guard_setting", "files", "installed", "is_current",
+    "probe", "running", "written",
+]
 
 PTH_TEXT = (
     "# ascend-env startup hook: registers an NPU isin when torch_npu lacks one. "
@@ -46,6 +49,11 @@ def files(compile_guard: bool = True) -> Dict[str, bytes]:
     if not compile_guard:
         source = source.replace(GUARD_ON, GUARD_OFF, 1)
     return {MODULE_FILE: source, PTH_FILE: PTH_TEXT.encode(), START_FILE: START_TEXT.encode()}
+
+
+def written(compile_guard: bool = True) -> Dict[str, bytes]:
+    """Every file ``install`` writes for the hook: :func:`files` and the module's :func:`bytecode`."""
+    return {**files(compile_guard), **bytecode(compile_guard)}
 
 
 def compile_guard_setting(site_packages: Path) -> Optional[bool]:
@@ -82,11 +90,6 @@ def bytecode(compile_guard: bool = True) -> Dict[str, bytes]:
     body = marshal.dumps(code, 2)
     data = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + body
     return {f"__pycache__/{NAME}.{tag}.pyc": data}
-
-
-def installed(site_packages: Path) -> List[str]:
-    """The hook's files present in ``site_packages``."""
-    return sorted(name for name in files() if (site_packages / name).is_file())
 
 
 def is_current(site_packages: Path) -> bool:

@@ -10,14 +10,26 @@ one (their composite kernel calls it). :func:`status` is the in-process record.
 
 Its functions import torch when they run; importing the module does not. The hook's ``notify``
 (:mod:`ascend_env.hook.watch`) calls :func:`activate`; ``status``'s probe, the smoke test and the
-simulator read :func:`status`, and :mod:`ascend_env.patching.sites` calls :func:`installed_sites`.
+simulator read :func:`status`.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, TextIO, TypedDict
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    TextIO,
+    Tuple,
+    TypedDict,
+)
 
 from ascend_env.hook import files as hook
 
@@ -45,11 +57,45 @@ class _Record:
 RECORD = _Record()
 
 
+class Simulator(Protocol):
+    """The simulated NPU, as the hook sees it. The simulator sits above the hook: it registers
+    itself (:func:`register_simulator`, from :func:`ascend_env.sim.enable_ops`), and the hook never
+    imports it. ``config`` stands for ``torch.npu.config``."""
+
+    config: Any
+
+    def table(self) -> Optional[str]:
+        """The op table the simulator runs in this process, or None."""
+        ...
+
+    def soc_and_source(self) -> Tuple[Optional[str], str]:
+        """The simulated SoC, and where it came from."""
+        ...
+
+    def set_compile_mode(self, jit_compile: bool = True) -> None:
+        """``torch_npu.npu.set_compile_mode``."""
+        ...
+
+
+#: The simulator registered in this process (at most one).
+_SIMULATOR: List[Simulator] = []
+
+
+def register_simulator(simulator: Simulator) -> None:
+    """Tell the hook of the simulated NPU in this process (called when it enables a table)."""
+    _SIMULATOR[:] = [simulator]
+
+
+def _simulator() -> Optional[Simulator]:
+    """The simulated NPU, where it runs a table in this process."""
+    return next((simulator for simulator in _SIMULATOR if simulator.table() is not None), None)
+
+
 def _backend_release(source: str) -> Optional[str]:
     """The torch_npu release that ``source`` stands for, when it can be told."""
     if source == "ascend_env.sim":
-        sim = sys.modules.get("ascend_env.sim")
-        return None if sim is None else sim.enabled_table()
+        simulator = _simulator()
+        return None if simulator is None else simulator.table()
     module = sys.modules.get("torch_npu")
     version = getattr(module, "__version__", None)
     return version if isinstance(version, str) else None
@@ -63,14 +109,11 @@ def has_kernel(op: str) -> bool:
 
 
 def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
-    """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file."""
-    from ascend_env.patching.state import has_state
+    """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file
+    (:func:`ascend_env.patching.state.installed_sites`, imported when called)."""
+    from ascend_env.patching import state
 
-    found = []
-    for entry in sys.path if paths is None else paths:
-        if entry and has_state(Path(entry)):
-            found.append(Path(entry))
-    return found
+    return state.installed_sites(paths)
 
 
 def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:
@@ -169,28 +212,6 @@ def activate(source: str) -> List[str]:
     return registered
 
 
-class _SimConfig:
-    """``torch.npu.config`` of the simulated NPU, for the guard."""
-
-    @property
-    def allow_internal_format(self) -> bool:
-        from ascend_env.sim import compile_mode
-
-        return compile_mode.allow_internal_format()
-
-    @allow_internal_format.setter
-    def allow_internal_format(self, value: bool) -> None:
-        from ascend_env.sim import compile_mode
-
-        compile_mode.set_allow_internal_format(value)
-
-
-def _sim_set_compile_mode(jit_compile: bool = True) -> None:
-    from ascend_env.sim import compile_mode
-
-    compile_mode.set_jit_compile(jit_compile)
-
-
 def guard_compile_mode(source: str) -> compile_guard.Decision:
     """Apply the compile-mode guard in this process, as the installed hook module says.
 
@@ -201,13 +222,10 @@ def guard_compile_mode(source: str) -> compile_guard.Decision:
 
     boot = hook.running()
     enabled = bool(getattr(boot, "COMPILE_GUARD", True))
-    sim = sys.modules.get("ascend_env.sim")
-    if sim is not None and sim.enabled_table() is not None:
-        from ascend_env.sim import compile_mode
-
-        soc = (compile_mode.soc(), "simulator (assumed)" if compile_mode.soc_assumed() else "simulator")
-        decision = compile_guard.from_environment(enabled=enabled, soc=soc)
-        return compile_guard.apply(decision, _sim_set_compile_mode, _SimConfig())
+    simulator = _simulator()
+    if simulator is not None:
+        decision = compile_guard.from_environment(enabled=enabled, soc=simulator.soc_and_source())
+        return compile_guard.apply(decision, simulator.set_compile_mode, simulator.config)
     decision = compile_guard.from_environment(enabled=enabled)
     if not decision.apply:
         return decision

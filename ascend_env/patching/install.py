@@ -335,19 +335,17 @@ def _refuse_conflicts(files: List[FileStatus]) -> None:
     )
 
 
-def startup_hook_files(site_packages: Path, compile_guard: bool = True) -> Dict[str, bytes]:
-    """The startup hook's files (name relative to site-packages -> bytes) that join each install.
+def startup_hook_files(site_packages: Path, hook_files: Mapping[str, bytes]) -> Dict[str, bytes]:
+    """The startup hook's files ``hook_files`` (name relative to site-packages -> bytes, as
+    :func:`ascend_env.hook.files.written` gives them) as they join each install.
 
     Their writes share the install's journal and state, and ``restore`` removes them. Where
     ascend-env itself is installed in ``site_packages``, its RECORD gains rows for them, so that
     ``pip uninstall ascend-env`` removes them too.
     """
-    from ascend_env.hook import files
-
-    hook_files = {**files.files(compile_guard), **files.bytecode(compile_guard)}
     own = find_distribution(site_packages, "ascend-env")
     if own is None:
-        return hook_files
+        return dict(hook_files)
     record = (site_packages / own.record_path).read_bytes()
     return {**hook_files, own.record_path: add_rows(record, hook_files)}
 

@@ -42,7 +42,7 @@ def _site_without_transformers() -> Path:
     this environment's own site-packages (where pip installs)."""
     import sysconfig
 
-    from ascend_env.hook.runtime import installed_sites
+    from ascend_env.patching.state import installed_sites
 
     sites = installed_sites()
     return (sites[0] if sites else Path(sysconfig.get_paths()["purelib"])).resolve()

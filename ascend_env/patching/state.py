@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
@@ -22,7 +23,9 @@ from ascend_env.patching.problems import not_valid, start_over
 from ascend_env.patching.store import DIRECTORY, STATE_FILE, read_file, state_dir
 from ascend_env.utils import jsontext
 
-__all__ = ["KINDS", "SCHEMA", "Entry", "State", "check_entry", "drift", "has_state", "read_state"]
+__all__ = [
+    "KINDS", "SCHEMA", "Entry", "State", "check_entry", "drift", "has_state", "installed_sites", "read_state",
+]
 
 SCHEMA = 1
 KINDS = ("patch", "record", "extra")
@@ -152,3 +155,12 @@ def _where(source: Path, pyc: Path) -> str:
 def has_state(site_packages: Path) -> bool:
     """Whether ascend-env has changed ``site_packages`` (its ``state.json`` exists)."""
     return (state_dir(site_packages) / STATE_FILE).is_file()
+
+
+def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
+    """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file."""
+    found = []
+    for entry in sys.path if paths is None else paths:
+        if entry and has_state(Path(entry)):
+            found.append(Path(entry))
+    return found

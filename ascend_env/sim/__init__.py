@@ -96,6 +96,10 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
         _generate_methods(torch)
     unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
+    from ascend_env.hook import runtime
+    from ascend_env.sim import compile_mode
+
+    runtime.register_simulator(compile_mode.HookView())
     _check_autograd_engine(torch)
 
 

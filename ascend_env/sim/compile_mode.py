@@ -23,14 +23,14 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Dict, List, MutableMapping, Optional
+from typing import Dict, List, MutableMapping, Optional, Tuple
 
 from ascend_env.detect import socs
 
 __all__ = [
-    "DEFAULT_SOC", "DEPRECATED_SOC_ENV", "SOC_ENV", "acl_op", "allow_internal_format", "chosen_soc",
-    "export_soc", "jit_compile", "jit_compile_set", "reset", "set_allow_internal_format", "set_jit_compile",
-    "soc", "soc_assumed",
+    "DEFAULT_SOC", "DEPRECATED_SOC_ENV", "HookView", "SOC_ENV", "acl_op", "allow_internal_format",
+    "chosen_soc", "export_soc", "jit_compile", "jit_compile_set", "reset", "set_allow_internal_format",
+    "set_jit_compile", "soc", "soc_assumed",
 ]
 
 SOC_ENV = "ASCEND_ENV_SOC"
@@ -114,3 +114,35 @@ def acl_op(has_op_api: bool) -> bool:
 def reset() -> None:
     """Forget what the process set (tests)."""
     _SETTINGS.clear()
+
+
+class HookView:
+    """The simulated NPU as the startup hook sees it (:class:`ascend_env.hook.runtime.Simulator`):
+    :func:`ascend_env.sim.enable_ops` registers one with the hook, which sits below the simulator and
+    never imports it. ``config`` stands for ``torch.npu.config``."""
+
+    def __init__(self) -> None:
+        self.config = self
+
+    def table(self) -> Optional[str]:
+        """The op table the simulator runs in this process, or None."""
+        from ascend_env import sim
+
+        return sim.enabled_table()
+
+    def soc_and_source(self) -> Tuple[Optional[str], str]:
+        """The simulated SoC, and where it came from, as the compile-mode guard records them."""
+        return soc(), "simulator (assumed)" if soc_assumed() else "simulator"
+
+    def set_compile_mode(self, jit_compile: bool = True) -> None:
+        """``torch_npu.npu.set_compile_mode``."""
+        set_jit_compile(jit_compile)
+
+    @property
+    def allow_internal_format(self) -> bool:
+        """``torch.npu.config.allow_internal_format``."""
+        return allow_internal_format()
+
+    @allow_internal_format.setter
+    def allow_internal_format(self, value: bool) -> None:
+        set_allow_internal_format(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import List, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ascend_env"
@@ -30,14 +30,55 @@ def dotted(relative: str) -> str:
 
 def imports(relative: str) -> Set[str]:
     """The ascend_env modules ``relative`` imports, at module level or inside functions."""
-    found: Set[str] = set()
-    for node in ast.walk(ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))):
+    return {target for _, target in import_targets(relative)}
+
+
+def import_targets(relative: str, source: Optional[str] = None) -> List[Tuple[int, str]]:
+    """(line, dotted name) of each ascend_env module or name ``relative`` imports (``source``: its
+    text, else the file's): ``import x``, ``from x import y`` (as ``x`` and ``x.y``), relative
+    imports, and the names looked up as strings (``sys.modules.get("ascend_env.x")``,
+    ``sys.modules["ascend_env.x"]``, ``importlib.import_module("ascend_env.x." + name)``)."""
+    text = (PACKAGE / relative).read_text(encoding="utf-8") if source is None else source
+    package = dotted(relative) if relative.endswith("__init__.py") else dotted(relative).rsplit(".", 1)[0]
+    found: List[Tuple[int, str]] = []
+    for node in ast.walk(ast.parse(text)):
+        names: List[str] = []
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Call) and node.args and _looks_up_a_module(node.func):
+            names = [_constant_prefix(node.args[0])]
+        elif isinstance(node, ast.Subscript) and _is_sys_modules(node.value):
+            key = node.slice.value if type(node.slice).__name__ == "Index" else node.slice  # Python 3.8
+            names = [_constant_prefix(key)]
+        found += [(node.lineno, name) for name in names if name.startswith("ascend_env.")]
     return found
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
+        and node.value.id == "sys"
+
+
+def _looks_up_a_module(func: ast.AST) -> bool:
+    """``sys.modules.get``, ``importlib.import_module`` or ``import_module``."""
+    if isinstance(func, ast.Attribute):
+        return (func.attr == "get" and _is_sys_modules(func.value)) or func.attr == "import_module"
+    return isinstance(func, ast.Name) and func.id == "import_module"
+
+
+def _constant_prefix(node: ast.AST) -> str:
+    """The module name a string expression starts with: ``"ascend_env.commands." + name`` gives
+    ``ascend_env.commands``; "" where it starts with no literal."""
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        node = node.left
+    value = node.value if isinstance(node, ast.Constant) else None
+    return value.rstrip(".") if isinstance(value, str) else ""
 
 
 def arrows(text: str) -> List[Tuple[str, str]]:
@@ -80,13 +121,145 @@ def test_the_diagram_covers_install_verify_and_audit():
     assert {"commands/install.py", "commands/verify.py", "commands/audit.py"} <= starts
 
 
-def test_the_lower_rooms_do_not_import_the_upper_ones():
-    # What the page says under the diagram: detect/, kernels/ and utils/ never import patching/,
-    # checks/ or commands/.
-    upper = ("ascend_env.patching", "ascend_env.checks", "ascend_env.commands")
-    lower = [m for m in modules() if m.split("/")[0] in ("detect", "kernels", "utils")]
-    wrong = [(m, i) for m in lower for i in sorted(imports(m)) if i.startswith(upper)]
-    assert lower and wrong == []
+# The layer contract. The packages form levels, lowest first: a module imports modules of its own
+# level and of the levels below, never of one above. The top-level modules are outside the levels:
+# BASE ones (the version, exceptions, output, states, origin) import no package and every level
+# may use them; any other (cli.py, __main__.py and the shims kept at old paths: _watch.py,
+# _audited.py, ops.py, runtime.py, smoke.py) stands for what it imports, so that an import of
+# ``_audited.py`` from ``checks/`` counts as imports of ``sim/`` and ``utils/``.
+LEVELS = ("utils", "kernels", "detect", "patching", "hook", "sim", "checks", "commands")
+BASE = ("__init__.py", "exceptions.py", "output.py", "states.py", "origin.py")
+# Upward arrows that stay, (importer, imported module) -> why; at most two. None today.
+UPWARD_ALLOWED: Dict[Tuple[str, str], str] = {}
+
+
+def level(relative: str) -> Optional[int]:
+    """The level of a module (``detect/report.py``), None for a top-level one."""
+    top = relative.split("/")[0]
+    return LEVELS.index(top) if top in LEVELS else None
+
+
+def target_module(name: str) -> Optional[str]:
+    """The module file (relative to ``ascend_env/``) that the dotted ``name`` reaches: the module,
+    else its package, else the nearest one above (``ascend_env.__version__`` is ``__init__.py``)."""
+    parts = name.split(".")[1:]
+    while parts:
+        base = "/".join(parts)
+        for candidate in (f"{base}.py", f"{base}/__init__.py"):
+            if (PACKAGE / candidate).is_file():
+                return candidate
+        parts = parts[:-1]
+    return "__init__.py"
+
+
+def levels_reached(name: str, seen: Optional[Set[str]] = None) -> Set[int]:
+    """The levels an import of ``name`` reaches: its own, or through a top-level module that is not
+    BASE, the levels of what that module imports."""
+    module = target_module(name)
+    if module is None or module in BASE:
+        return set()
+    own = level(module)
+    if own is not None:
+        return {own}
+    seen = set() if seen is None else seen
+    if module in seen:
+        return set()
+    seen.add(module)
+    return {found for _, target in import_targets(module) for found in levels_reached(target, seen)}
+
+
+def upward(relative: str, source: Optional[str] = None) -> List[str]:
+    """Every import in ``relative`` (``source``: its text) that reaches a level above its own and
+    is not in UPWARD_ALLOWED."""
+    own = level(relative)
+    wrong = []
+    for line, target in import_targets(relative, source):
+        above = sorted(LEVELS[i] for i in levels_reached(target) if own is not None and i > own)
+        if above and (relative, target) not in UPWARD_ALLOWED:
+            wrong.append(f"{relative}:{line} -> {target} ({', '.join(above)} above {LEVELS[own or 0]})")
+    return wrong
+
+
+def package_arrows() -> Dict[str, Set[str]]:
+    """Package -> the other packages its modules import (through the top-level modules too)."""
+    found: Dict[str, Set[str]] = {name: set() for name in LEVELS}
+    for module in modules():
+        own = level(module)
+        if own is not None:
+            reached = {i for _, target in import_targets(module) for i in levels_reached(target)}
+            found[LEVELS[own]].update(LEVELS[i] for i in reached if i != own)
+    return found
+
+
+def circles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Each circle of ``graph``, as the packages on it from its smallest name."""
+    found: Set[Tuple[str, ...]] = set()
+
+    def walk(path: List[str]) -> Iterator[List[str]]:
+        for following in sorted(graph.get(path[-1], ())):
+            if following == path[0]:
+                yield path
+            elif following not in path and following > path[0]:
+                yield from walk([*path, following])
+
+    for start in sorted(graph):
+        found.update(tuple(circle) for circle in walk([start]))
+    return [list(circle) for circle in sorted(found)]
+
+
+def test_no_module_imports_a_level_above_its_own():
+    # Every import, at module level or in a function, ``from`` or plain, absolute or relative, or a
+    # module looked up by its name.
+    checked = [m for m in modules() if level(m) is not None]
+    wrong = [arrow for module in checked for arrow in upward(module)]
+    assert len(checked) > 80 and wrong == []
+
+
+def test_the_packages_import_one_another_without_a_circle():
+    arrows = package_arrows()
+    assert "kernels" in arrows["detect"] and "patching" in arrows["hook"] and circles(arrows) == []
+
+
+def test_the_base_modules_import_no_package():
+    assert [m for m in BASE if any(levels_reached(t) for _, t in import_targets(m))] == []
+
+
+def test_each_allowed_upward_arrow_is_needed_and_has_a_reason():
+    assert len(UPWARD_ALLOWED) <= 2
+    for (module, target), why in UPWARD_ALLOWED.items():
+        assert why and target in imports(module), f"{module} -> {target} is no longer imported"
+
+
+def test_a_planted_upward_arrow_is_caught():
+    # The check itself: each way a module can reach a level above its own is reported.
+    planted = (
+        "import sys\n"
+        "from ascend_env.detect import socs\n"
+        "from ascend_env import _audited\n"
+        "def later():\n"
+        "    import ascend_env.checks.verdict\n"
+        "    from ..hook import runtime\n"
+        "    return sys.modules.get('ascend_env.commands.audit'), sys.modules['ascend_env.sim.paths']\n"
+    )
+    assert upward("detect/report.py", planted) == [
+        "detect/report.py:3 -> ascend_env._audited (sim above detect)",
+        "detect/report.py:5 -> ascend_env.checks.verdict (checks above detect)",
+        "detect/report.py:6 -> ascend_env.hook (hook above detect)",
+        "detect/report.py:6 -> ascend_env.hook.runtime (hook above detect)",
+        "detect/report.py:7 -> ascend_env.commands.audit (commands above detect)",
+        "detect/report.py:7 -> ascend_env.sim.paths (sim above detect)",
+    ]
+    assert upward("commands/audit.py", planted) == []
+    assert circles({"detect": {"hook", "utils"}, "hook": {"sim"}, "sim": {"detect"}, "utils": set()}) == [
+        ["detect", "hook", "sim"]
+    ]
+
+
+def test_the_page_lists_the_levels_in_order():
+    text = PAGE.read_text(encoding="utf-8")
+    listed = re.search(r"^`utils/`.*$", text, re.M)
+    assert listed is not None
+    assert re.findall(r"`(\w+)/`", listed.group(0)) == list(LEVELS)
 
 
 # The packages whose modules keep ``__all__`` as their contract; the others join as they are reworked.
