@@ -1,5 +1,7 @@
 import sys
 
+__all__: "list[str]" = []
+
 if __name__ == "__main__":
     try:
         from ascend_env.cli import main

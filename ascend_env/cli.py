@@ -21,6 +21,11 @@ from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json
 from ascend_env.utils import progress
 
+__all__ = [
+    "COMMANDS", "ENVIRONMENT", "EXIT_USAGE", "INTERRUPTED", "build_parser", "entry_point", "main",
+    "version_text",
+]
+
 EXIT_USAGE = 2
 
 COMMANDS: Dict[str, str] = {

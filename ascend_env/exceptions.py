@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+__all__ = [
+    "REINSTALL_ASCEND_ENV", "AscendEnvError", "CheckFailed", "EnvironmentProblem", "HunkMismatch",
+    "PatchError", "UsageError", "reinstall", "reinstall_over",
+]
+
 
 def reinstall(name: str, version: Optional[str] = None) -> str:
     """The pip command that puts distribution ``name`` back as its wheel has it, ``version`` pinned

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
-__all__ = ["PLACEHOLDER", "install_command", "source"]
+__all__ = ["NAME", "PLACEHOLDER", "install_command", "source"]
 
 NAME = "ascend-env"
 PLACEHOLDER = "<the ascend-env wheel or clone this one came from>"

@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any, Optional, TextIO
 
+__all__ = ["bold", "continued", "verdict_line", "write_json", "write_text"]
+
 
 def _is_tty(stream: TextIO) -> bool:
     """Whether ``stream`` is an interactive terminal."""

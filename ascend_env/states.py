@@ -28,7 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-__all__ = ["APPLIED", "BROKEN", "HOOK_ONLY", "NOT_APPLIED", "InstallWord", "State", "combine", "install_word"]
+__all__ = [
+    "APPLIED", "BROKEN", "HOOK_ONLY", "INSTALL", "NOT_APPLIED", "InstallWord", "State", "combine",
+    "install_word",
+]
 
 APPLIED = "applied"
 HOOK_ONLY = "hook only"

@@ -48,6 +48,11 @@ from ascend_env.checks.smoke_report import (
 )
 from ascend_env.utils import atomic, progress
 
+__all__ = [
+    "DEVICES", "FALLBACK_DISABLE", "GENERATE_OPTIONS", "IMPORTS", "PROMPT", "SILENCERS", "STEPS",
+    "import_torch_npu", "installation", "main", "run", "silencers", "tiny_llama",
+]
+
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
 STEPS = ("isin", "polar", "generate")  # a step per op of the registry of fixes, then generate()

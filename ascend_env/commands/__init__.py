@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+__all__ = ["add_patches_dir", "add_target"]
+
 
 def add_target(parser: argparse.ArgumentParser) -> None:
     """``--target DIR``: the site-packages directory to work on."""

@@ -16,7 +16,7 @@ from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json, write_text
 from ascend_env.utils import atomic, supervise
 
-__all__ = ["configure", "run"]
+__all__ = ["Result", "configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,8 @@ from ascend_env.detect.report import CompileMode, FixedOp, Isin, Package, Report
 from ascend_env.exceptions import UsageError
 from ascend_env.output import bold, verdict_line, write_json, write_text
 
+__all__ = ["configure", "render", "run"]
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``detect``'s options."""

@@ -12,6 +12,8 @@ from ascend_env.hook import compile_guard, files
 from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching import engine
 
+__all__ = ["configure", "describe", "run"]
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")

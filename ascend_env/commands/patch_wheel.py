@@ -10,6 +10,8 @@ from ascend_env.exceptions import UsageError
 from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching.wheels import patch_wheel
 
+__all__ = ["configure", "run"]
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("wheel", help="a released wheel, e.g. transformers-4.46.3-py3-none-any.whl")

@@ -8,6 +8,8 @@ from ascend_env.commands import add_target
 from ascend_env.output import verdict_line, write_json, write_text
 from ascend_env.patching import engine
 
+__all__ = ["configure", "run"]
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")

@@ -16,6 +16,8 @@ from ascend_env.output import continued, verdict_line, write_json, write_text
 from ascend_env.patching import engine
 from ascend_env.utils import progress
 
+__all__ = ["HookPart", "configure", "describe", "describe_hook", "overall", "run"]
+
 
 class HookPart(TypedDict, total=False):
     """The startup hook's part of ``status`` (``status --json``'s ``hook``): its files in the

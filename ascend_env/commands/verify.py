@@ -9,6 +9,8 @@ import sys
 from ascend_env.checks import verify, verify_text
 from ascend_env.output import write_json, write_text
 
+__all__ = ["configure", "run"]
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+__all__ = [
+    "ENV_VARS", "INFO_FILE", "MAX_INFO_BYTES", "SYSTEM_PREFIX", "VERSION_CFG", "CannVersion",
+    "InvalidCannVersion", "Toolkit", "candidate_roots", "find_toolkit", "parse_key_values", "parse_version",
+    "read_text", "set_env_script", "shown", "version_from_cfg",
+]
+
 INFO_FILE = "ascend_toolkit_install.info"
 VERSION_CFG = "version.cfg"
 ENV_VARS: Tuple[str, ...] = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")

@@ -14,6 +14,8 @@ from typing import Any, List, Optional
 
 from ascend_env.detect.cann import SYSTEM_PREFIX, parse_key_values, read_text, shown
 
+__all__ = ["INSTALL_INFO", "PATH_KEYS", "Driver", "find_driver"]
+
 INSTALL_INFO = Path("/etc/ascend_install.info")
 PATH_KEYS = ("Driver_Install_Path_Param", "Driver_Install_Path")
 _DRIVER_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")

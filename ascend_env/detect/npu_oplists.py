@@ -20,6 +20,8 @@ import yaml
 
 from ascend_env.exceptions import EnvironmentProblem, reinstall
 
+__all__ = ["ISIN_OVERLOADS", "YAML_DIR", "YAML_FILES", "entry_name", "parse_supported", "read_torch_npu"]
+
 YAML_DIR = Path("csrc", "aten")
 YAML_FILES: Tuple[str, ...] = ("npu_native_functions_by_codegen.yaml", "npu_native_functions.yaml")
 

@@ -16,6 +16,11 @@ from typing import List, Optional, Sequence, Set
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+__all__ = [
+    "Distribution", "find", "find_all", "location", "metadata_dir", "name_of", "package_dir",
+    "requirement_on", "requirements", "search_path", "site_packages", "top_level", "version",
+]
+
 Distribution = metadata.Distribution
 
 

@@ -22,6 +22,11 @@ from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
 from ascend_env.kernels.registry import FIXES, families
 
+__all__ = [
+    "FALLBACK_OPS", "NO_TORCH_NPU", "SCHEMA", "CompileMode", "FixedOp", "Isin", "Package", "Report", "detect",
+    "read_fixes", "read_isin", "read_package",
+]
+
 SCHEMA = 1
 FALLBACK_OPS = ("isin.Tensor_Tensor", "isin.Tensor_Tensor_out")
 NO_TORCH_NPU = "no torch_npu: isin cannot fall back here"

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from ascend_env.hook import compile_guard
     from ascend_env.kernels.registry import Fix
 
+__all__ = [
+    "DISPATCH_KEY", "RECORD", "HookStatus", "Simulator", "activate", "guard_compile_mode", "has_kernel",
+    "installed_sites", "register_simulator", "status", "warn_on_drift",
+]
+
 DISPATCH_KEY = "PrivateUse1"
 
 
@@ -111,9 +116,9 @@ def has_kernel(op: str) -> bool:
 def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
     """The directories of ``paths`` (default ``sys.path``) where ``install`` left a state file
     (:func:`ascend_env.patching.state.installed_sites`, imported when called)."""
-    from ascend_env.patching import state
+    import ascend_env.patching.state
 
-    return state.installed_sites(paths)
+    return ascend_env.patching.state.installed_sites(paths)
 
 
 def warn_on_drift(stream: TextIO, paths: Optional[List[str]] = None) -> List[str]:

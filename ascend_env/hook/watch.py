@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
 
+__all__ = ["find_and_wrap", "notify"]
+
 
 def find_and_wrap(
     state: SimpleNamespace,

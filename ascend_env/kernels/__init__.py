@@ -1,1 +1,3 @@
 """The kernels that replace CPU fallbacks (:mod:`.isin`) and the registry of fixes (:mod:`.registry`)."""
+
+__all__: "list[str]" = []

@@ -52,7 +52,11 @@ from torch import Tensor
 from ascend_env.kernels.outputs import resize_output
 from ascend_env.kernels.strategies import CHUNK_BYTES, SCAN_MIN_N, STRATEGIES, choose_strategy, membership
 
-__all__ = ["ATEN_KERNELS", "CHUNK_BYTES", "NATIVE_OPS", "STRATEGIES", "choose_strategy", "isin"]
+__all__ = [
+    "ATEN_KERNELS", "CHUNK_BYTES", "NATIVE_OPS", "STRATEGIES", "Scalar", "choose_strategy", "isin",
+    "isin_scalar_tensor", "isin_scalar_tensor_out", "isin_tensor_scalar", "isin_tensor_scalar_out",
+    "isin_tensor_tensor", "isin_tensor_tensor_out",
+]
 
 Scalar = Union[bool, int, float, complex]
 

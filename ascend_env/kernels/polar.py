@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ascend_env.kernels.outputs import resize_output
 
-__all__ = ["ATEN_KERNELS", "NATIVE_OPS", "polar"]
+__all__ = ["ATEN_KERNELS", "NATIVE_OPS", "polar", "polar_out"]
 
 #: Every aten op the kernels dispatch; each is in the ``supported:`` op lists of every torch_npu
 #: release from 2.1 on.

@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+__all__ = ["FIXES", "Fix", "families", "kernels"]
+
 _ISIN_REASON = (
     "transformers calls torch.isin on every decoding step (EosTokenCriteria, logits processors, "
     "assisted decoding); without an NPU kernel each call is a device->host copy, a CPU run and a "

@@ -34,8 +34,8 @@ from typing import Dict, FrozenSet, List, Optional, cast
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
 __all__ = [
-    "add_torch_npu_to_path", "enable", "enable_ops", "enabled_ops", "enabled_table", "fallbacks", "reset",
-    "shim_path", "torch_npu_path", "unknown_ops",
+    "DEVICE", "add_torch_npu_to_path", "enable", "enable_ops", "enabled_ops", "enabled_table", "fallbacks",
+    "reset", "shim_path", "torch_npu_path", "unknown_ops",
 ]
 
 DEVICE = "npu"

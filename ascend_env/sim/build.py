@@ -29,6 +29,11 @@ from typing import Any, Iterator, List
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.utils import atomic, progress
 
+__all__ = [
+    "COMPILER_MEMORY", "LIBRARY_NAME", "SOURCE", "build_dir", "cache_root", "compile_command", "compiler",
+    "ensure_built", "killed", "load",
+]
+
 SOURCE = Path(__file__).resolve().parent / "csrc" / "sim_backend.cpp"
 LIBRARY_NAME = "libascend_sim.so"
 

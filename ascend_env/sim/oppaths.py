@@ -15,7 +15,7 @@ from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from ascend_env.sim import optables
 
-__all__ = ["DATA_FILE", "OpPaths", "Warning64", "load", "releases"]
+__all__ = ["DATA_FILE", "OpPaths", "Warning64", "load", "lookup", "releases"]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "oppaths" / "oppaths.json"
 

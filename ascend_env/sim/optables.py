@@ -19,6 +19,11 @@ from packaging.version import InvalidVersion, Version
 
 from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem, UsageError
 
+__all__ = [
+    "DATA_FILE", "canonical", "has_fallback_disable", "load", "nearest", "newest", "read_releases",
+    "releases",
+]
+
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "optables" / "optables.json"
 
 

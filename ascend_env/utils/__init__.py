@@ -1,1 +1,3 @@
 """Small helpers with no knowledge of ascend-env's concerns."""
+
+__all__: "list[str]" = []

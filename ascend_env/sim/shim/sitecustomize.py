@@ -9,6 +9,8 @@ Every Python process of the audited command runs this at start-up, so it costs l
 import os
 import sys
 
+__all__: "list[str]" = []
+
 
 def _run() -> None:
     reports = os.environ.get("ASCEND_ENV_AUDIT_REPORTS")
