@@ -35,7 +35,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.checks.smoke_report import (
     Backend,
@@ -216,27 +216,44 @@ def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
     }
 
 
-def _check_isin(torch: Any, device: str) -> StepResult:
-    """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
-    elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    test = torch.tensor([2, 6, 9, 95])
+def _check_overloads(
+    torch: Any,
+    device: str,
+    calls: Mapping[str, Callable[[Any, Any, Any], Any]],
+    inputs: Tuple[Any, Any],
+    out_dtype: Any,
+    same: Callable[[Any, Any], bool],
+) -> StepResult:
+    """Each of ``calls`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
+
+    A call takes the two ``inputs`` (moved to ``device``) and an empty ``out_dtype`` tensor for
+    ``out=``; an overload whose name ends in ``out`` must return that tensor. ``same(got, expected)``
+    compares the result, brought back to the CPU, with the CPU's."""
+    first, second = inputs
     results: Dict[str, OverloadResult] = {}
-    for name, call in _isin_calls(torch).items():
+    for name, call in calls.items():
         try:
-            expected = call(elements, test, torch.empty(0, dtype=torch.bool))
-            out = torch.empty(0, dtype=torch.bool, device=device)
-            got = call(elements.to(device), test.to(device), out)
+            expected = call(first, second, torch.empty(0, dtype=out_dtype))
+            out = torch.empty(0, dtype=out_dtype, device=device)
+            got = call(first.to(device), second.to(device), out)
             error = None
             if got.device.type != torch.device(device).type:
                 error = f"the result is on {got.device}, not {device}"
-            elif name.endswith("_out") and got.data_ptr() != out.data_ptr():
+            elif name.endswith("out") and got.data_ptr() != out.data_ptr():
                 error = "the result is not the out= tensor"
-            elif not torch.equal(got.cpu(), expected):
+            elif not same(got.cpu(), expected):
                 error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
         except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
             error = f"{type(exc).__name__}: {exc}"
         results[name] = {"ok": error is None, "error": error}
     return {"overloads": results}
+
+
+def _check_isin(torch: Any, device: str) -> StepResult:
+    """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
+    elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    test = torch.tensor([2, 6, 9, 95])
+    return _check_overloads(torch, device, _isin_calls(torch), (elements, test), torch.bool, torch.equal)
 
 
 def _check_polar(torch: Any, device: str) -> StepResult:
@@ -251,23 +268,11 @@ def _check_polar(torch: Any, device: str) -> StepResult:
         "polar": lambda a, b, out: polar.default(a, b),
         "polar.out": lambda a, b, out: polar.out(a, b, out=out),
     }
-    results: Dict[str, OverloadResult] = {}
-    for name, call in calls.items():
-        try:
-            expected = call(magnitude, angle, torch.empty(0, dtype=torch.complex64))
-            out = torch.empty(0, dtype=torch.complex64, device=device)
-            got = call(magnitude.to(device), angle.to(device), out)
-            error = None
-            if got.device.type != torch.device(device).type:
-                error = f"the result is on {got.device}, not {device}"
-            elif name.endswith("out") and got.data_ptr() != out.data_ptr():
-                error = "the result is not the out= tensor"
-            elif got.dtype != expected.dtype or not torch.allclose(got.cpu(), expected, 1.3e-6, 1e-5):
-                error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
-        except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
-            error = f"{type(exc).__name__}: {exc}"
-        results[name] = {"ok": error is None, "error": error}
-    return {"overloads": results}
+
+    def same(got: Any, expected: Any) -> bool:
+        return bool(got.dtype == expected.dtype and torch.allclose(got, expected, 1.3e-6, 1e-5))
+
+    return _check_overloads(torch, device, calls, (magnitude, angle), torch.complex64, same)
 
 
 def tiny_llama() -> Any:

@@ -29,7 +29,7 @@ from ascend_env.patching.locking import locked
 from ascend_env.patching.owners import make_dir
 from ascend_env.patching.problems import not_valid, start_over, write_failed
 from ascend_env.patching.records import sha256_hex
-from ascend_env.patching.state import Entry, State, check_entry, read_state
+from ascend_env.patching.state import Entry, State, check_entry, check_schema, read_document, read_state
 from ascend_env.patching.store import (
     JOURNAL_FILE,
     ORIGINALS,
@@ -42,7 +42,7 @@ from ascend_env.patching.store import (
     state_dir,
     write_atomic,
 )
-from ascend_env.utils import atomic, jsontext
+from ascend_env.utils import atomic
 
 __all__ = [
     "SCHEMA",
@@ -84,8 +84,7 @@ class Journal:
     @classmethod
     def from_json(cls, data: Any, source: str) -> Journal:
         try:
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}")
+            check_schema(data, SCHEMA)
             changes = [Change(str(c["path"]), c["before"], c["after"]) for c in data["changes"]]
             for change in changes:
                 check_entry(Entry(change.path, "extra", change.before, change.after))
@@ -249,16 +248,11 @@ def _commit(site_packages: Path, journal: Journal, blobs: Mapping[str, bytes]) -
 def read_journal(site_packages: Path) -> Optional[Journal]:
     """The journal of an interrupted run, or None."""
     path = state_dir(site_packages) / JOURNAL_FILE
-    try:
-        data = jsontext.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(
-            f"cannot read the journal {path} ({exc}).",
-            start_over(path.parent),
-        ) from None
-    return Journal.from_json(data, str(path))
+
+    def problem(exc: Exception) -> EnvironmentProblem:
+        return EnvironmentProblem(f"cannot read the journal {path} ({exc}).", start_over(path.parent))
+
+    return read_document(path, Journal.from_json, problem)
 
 
 def _recover(site_packages: Path) -> Optional[str]:

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, TypeVar
 
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.patching import bytecode
@@ -24,11 +24,14 @@ from ascend_env.patching.store import DIRECTORY, STATE_FILE, read_file, state_di
 from ascend_env.utils import jsontext
 
 __all__ = [
-    "KINDS", "SCHEMA", "Entry", "State", "check_entry", "drift", "has_state", "installed_sites", "read_state",
+    "KINDS", "SCHEMA", "Entry", "State", "check_entry", "check_schema", "drift", "has_state",
+    "installed_sites", "read_document", "read_state",
 ]
 
 SCHEMA = 1
 KINDS = ("patch", "record", "extra")
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,7 @@ class State:
     @classmethod
     def from_json(cls, data: Any, source: str) -> State:
         try:
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}")
+            check_schema(data, SCHEMA)
             entries = []
             for item in data["entries"]:
                 entry = Entry(
@@ -83,6 +85,30 @@ class State:
             raise not_valid(source, "state file", exc) from None
 
 
+def check_schema(data: Any, schema: int) -> None:
+    """Raise ValueError unless the document ``data`` has the schema number ``schema`` (AttributeError
+    where it is not an object): the caller reports either as :func:`not_valid`."""
+    if data.get("schema") != schema:
+        raise ValueError(f"schema {data.get('schema')!r}")
+
+
+def read_document(
+    path: Path,
+    parse: Callable[[Any, str], _T],
+    problem: Callable[[Exception], EnvironmentProblem],
+) -> Optional[_T]:
+    """``parse(value, str(path))`` of the JSON document at ``path``, or None when there is no such
+    file; ``problem(exc)`` is raised when the file cannot be read or is not JSON (an OSError, a
+    UnicodeDecodeError or a :class:`json.JSONDecodeError`)."""
+    try:
+        data = jsontext.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise problem(exc) from None
+    return parse(data, str(path))
+
+
 def check_entry(entry: Entry) -> None:
     """Raise ValueError for an entry no ascend-env writes: an unknown kind, a path that leaves
     site-packages or enters ``.ascend-env``, a hash that is not sha256 hex."""
@@ -100,22 +126,13 @@ def check_entry(entry: Entry) -> None:
 def read_state(site_packages: Path) -> Optional[State]:
     """The state file's content, or None when nothing is applied."""
     path = state_dir(site_packages) / STATE_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvironmentProblem(
-            f"cannot read {path} ({exc}).", "check the directory's permissions."
-        ) from None
-    try:
-        data = jsontext.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EnvironmentProblem(
-            f"{path} is not JSON ({exc.msg}).",
-            start_over(path.parent),
-        ) from None
-    return State.from_json(data, str(path))
+
+    def problem(exc: Exception) -> EnvironmentProblem:
+        if isinstance(exc, json.JSONDecodeError):
+            return EnvironmentProblem(f"{path} is not JSON ({exc.msg}).", start_over(path.parent))
+        return EnvironmentProblem(f"cannot read {path} ({exc}).", "check the directory's permissions.")
+
+    return read_document(path, State.from_json, problem)
 
 
 def drift(site_packages: Path) -> List[str]:

@@ -65,56 +65,57 @@ def _ignoring_specs(wrap: Callable[[Any], None]) -> importhooks.Callback:
     return lambda module, _specs: wrap(module)
 
 
-def _wrap_stopping(model: Listener, module: Any) -> None:
-    cls = getattr(module, "StoppingCriteriaList", None)
-    if cls is None or getattr(cls.__call__, "_ascend_env_paths", False):
+def _wrap_method(module: Any, class_name: str, name: str, wrapper: Callable[[Any], Any]) -> None:
+    """Replace ``module.<class_name>.<name>`` with ``wrapper(original)`` (with the original's name
+    and docstring), once: nothing where the class or the method is missing or already wrapped."""
+    cls = getattr(module, class_name, None)
+    if cls is None or not hasattr(cls, name):
         return
-    original = cls.__call__
+    original = getattr(cls, name)
+    if getattr(original, "_ascend_env_paths", False):
+        return
+    wrapped = functools.wraps(original)(wrapper(original))
+    wrapped._ascend_env_paths = True  # type: ignore[attr-defined]
+    setattr(cls, name, wrapped)
 
-    @functools.wraps(original)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.step_done()
 
-    call._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.__call__ = call
+def _wrap_stopping(model: Listener, module: Any) -> None:
+    def wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                model.step_done()
+
+        return call
+
+    _wrap_method(module, "StoppingCriteriaList", "__call__", wrapper)
 
 
 def _wrap_generate(model: Listener, module: Any) -> None:
-    cls = getattr(module, "GenerationMixin", None)
-    if cls is None or getattr(cls.generate, "_ascend_env_paths", False):
-        return
-    original = cls.generate
+    def wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+            model.enter_generate(model.site())
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                model.exit_generate()
 
-    @functools.wraps(original)
-    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        model.enter_generate(model.site())
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            model.exit_generate()
+        return generate
 
-    generate._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.generate = generate
+    _wrap_method(module, "GenerationMixin", "generate", wrapper)
 
 
 def _wrap_mode(model: Listener, module: Any) -> None:
     """Record the decoding mode of each ``generate()`` call from ``GenerationConfig.get_generation_mode``
     (transformers >= 4.39: ``generate`` calls it once; older releases leave the mode unknown)."""
-    cls = getattr(module, "GenerationConfig", None)
-    if cls is None or not hasattr(cls, "get_generation_mode"):
-        return
-    if getattr(cls.get_generation_mode, "_ascend_env_paths", False):
-        return
-    original = cls.get_generation_mode
 
-    @functools.wraps(original)
-    def get_generation_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
-        mode = original(self, *args, **kwargs)
-        model.generation_mode(str(getattr(mode, "value", mode)))
-        return mode
+    def wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_generation_mode(self: Any, *args: Any, **kwargs: Any) -> Any:
+            mode = original(self, *args, **kwargs)
+            model.generation_mode(str(getattr(mode, "value", mode)))
+            return mode
 
-    get_generation_mode._ascend_env_paths = True  # type: ignore[attr-defined]
-    cls.get_generation_mode = get_generation_mode
+        return get_generation_mode
+
+    _wrap_method(module, "GenerationConfig", "get_generation_mode", wrapper)

@@ -8,10 +8,11 @@ import json
 import os
 import subprocess
 import sys
+import venv
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
-from ascend_env.patching.records import record_hash
+from ascend_env.patching.records import find_distribution, record_hash
 
 VERSION = "4.46.3"
 
@@ -167,3 +168,48 @@ def run_cli(*args: str, env: Optional[dict] = None) -> subprocess.CompletedProce
         timeout=120,
         env=full_env,
     )
+
+
+def site_with_ascend_env(root: Path) -> Path:
+    """:func:`make_site` with ascend-env 0.1.0 installed beside transformers, as pip leaves it."""
+    site = make_site(root)
+    write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
+    return site
+
+
+def remove_ascend_env(site: Path) -> None:
+    """What pip does to the installed ascend-env on ``pip uninstall`` (and first on a reinstall):
+    remove every file its RECORD lists, the startup hook's too, then its dist-info directory."""
+    own = find_distribution(site, "ascend-env")
+    assert own is not None
+    for path in own.record:
+        (site / path).unlink(missing_ok=True)
+    (site / own.dist_info).rmdir()
+
+
+def make_venv(root: Path) -> Tuple[Path, Path]:
+    """A bare virtual environment (no pip) at ``root / "env"``: its python and its site-packages."""
+    env = root / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    return env / "bin" / "python", next(env.glob("lib/python*/site-packages"))
+
+
+def run_pip(python: Path, *args: str) -> subprocess.CompletedProcess:
+    """pip (this environment's copy) for the environment of ``python``, offline. Only pip itself
+    is put on that Python's path: this environment's site-packages would show pip the
+    distributions installed here (ascend-env among them, where the tests run from its wheel)."""
+    import pip
+
+    only_pip = python.parent.parent / "pip-only"
+    if not only_pip.exists():
+        only_pip.mkdir()
+        (only_pip / "pip").symlink_to(Path(pip.__file__).parent)
+    pip_home = str(only_pip)
+    code = (
+        f"import sys; sys.path.append({pip_home!r})\n"
+        "from pip._internal.cli.main import main\n"
+        f"sys.exit(main({['--disable-pip-version-check', '--no-input', *args]!r}))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    environ["PIP_CONFIG_FILE"] = os.devnull
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=environ, timeout=300)

@@ -6,12 +6,20 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
-import pip
 import pytest
-from fake_site import make_patches, make_site, run_cli, snapshot, write_dist
+from fake_site import (
+    make_patches,
+    make_site,
+    make_venv,
+    remove_ascend_env,
+    run_cli,
+    run_pip,
+    site_with_ascend_env,
+    snapshot,
+    write_dist,
+)
 from typed_reports import unknown_keys
 
 from ascend_env.commands.status import HookPart
@@ -21,9 +29,7 @@ from ascend_env.patching.records import find_distribution
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    site = make_site(tmp_path)
-    write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
-    return site
+    return site_with_ascend_env(tmp_path)
 
 
 @pytest.fixture
@@ -78,24 +84,13 @@ def test_second_install_keeps_one_record_row_per_hook_file(site, patches):
 
 def test_pip_uninstall_removes_the_hook_files(tmp_path: Path, patches):
     # A real environment, since pip only uninstalls what lies inside sys.prefix.
-    env = tmp_path / "env"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
-    site = next(env.glob("lib/python*/site-packages"))
+    python, site = make_venv(tmp_path)
     make_site_in(site)
     write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
     result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 0, result.stderr
     assert hook.installed(site)
-    pip_home = str(Path(pip.__file__).parent.parent)
-    code = (
-        f"import sys; sys.path.append({pip_home!r})\n"
-        "from pip._internal.cli.main import main\n"
-        "sys.exit(main(['uninstall', '--yes', '--quiet', 'ascend-env']))\n"
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    done = subprocess.run(
-        [str(env / "bin" / "python"), "-c", code], capture_output=True, text=True, env=environ, timeout=120
-    )
+    done = run_pip(python, "uninstall", "--yes", "--quiet", "ascend-env")
     assert done.returncode == 0, done.stderr
     assert hook.installed(site) == []
     assert not (site / "ascend_env").exists()
@@ -121,15 +116,13 @@ def test_hook_only_with_a_patches_mode_is_a_usage_error(site, patches):
 
 def hooked_venv(tmp_path: Path, patches: Path) -> Path:
     """A venv with the fake transformers and the hook installed; ascend_env importable. Its python."""
-    env = tmp_path / "env"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
-    site = next(env.glob("lib/python*/site-packages"))
+    python, site = make_venv(tmp_path)
     make_site_in(site)
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     (site / "_paths.pth").write_text("\n".join(paths) + "\n")
     result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 0, result.stderr
-    return env / "bin" / "python"
+    return python
 
 
 def status_in(python: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -298,11 +291,7 @@ def test_status_after_hook_only_says_hook_only(site, patches):
 def pip_reinstall_ascend_env(site: Path, version: str) -> None:
     """What pip does for ``pip install`` of another ascend-env build: remove every file the
     installed RECORD lists (the hook's files among them), then install the new build's files."""
-    own = find_distribution(site, "ascend-env")
-    assert own is not None
-    for path in own.record:
-        (site / path).unlink(missing_ok=True)
-    (site / own.record_path).parent.rmdir()
+    remove_ascend_env(site)
     source = f"__version__ = {version!r}\n".encode()
     write_dist(site, "ascend_env", version, {"ascend_env/__init__.py": source})
 
@@ -390,10 +379,7 @@ def test_after_pip_uninstall_transformers_status_and_restore_work(site, patches)
 def test_without_target_a_hook_only_install_finds_this_environment(tmp_path: Path):
     """No transformers anywhere: install --hook-only goes to this Python's own site-packages, and
     status and restore find it there through the state it leaves."""
-    env = tmp_path / "env"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
-    python = env / "bin" / "python"
-    site = next(env.glob("lib/python*/site-packages"))
+    python, site = make_venv(tmp_path)
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     (site / "_paths.pth").write_text("\n".join(paths) + "\n")
 
@@ -417,10 +403,7 @@ def test_a_shared_site_packages_is_changed_only_when_named(tmp_path: Path, patch
     site): install without --target refuses, names the shared directory and leaves it alone;
     with --target naming it, it installs there."""
     shared = make_site(tmp_path / "system")
-    env = tmp_path / "env"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
-    python = env / "bin" / "python"
-    own_site = next(env.glob("lib/python*/site-packages"))
+    python, own_site = make_venv(tmp_path)
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     (own_site / "_paths.pth").write_text("\n".join([str(shared), *paths]) + "\n")
     before = snapshot(shared)

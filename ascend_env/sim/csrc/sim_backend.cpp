@@ -243,6 +243,14 @@ void copy_math_bits(const at::Tensor& from, const at::Tensor& to) {
   to.unsafeGetTensorImpl()->_set_neg(from.is_neg());
 }
 
+// A tensor for dispatch `key` over `storage`, with the dtype, sizes, strides and storage offset of
+// `like` (not its conjugate and negative bits: the caller decides).
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return tensor;
+}
+
 // A CPU tensor over the memory of an npu tensor: its own CPU StorageImpl around the same bytes
 // (not owning them), so that every view a CPU kernel derives from it is a CPU tensor too; with the
 // npu tensor's conjugate and negative bits, which the CPU kernels resolve as they do for CPU
@@ -252,18 +260,14 @@ at::Tensor cpu_view(const at::Tensor& npu) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), source.nbytes(),
                        c10::DataPtr(const_cast<void*>(source.data()), c10::Device(c10::kCPU)),
                        c10::GetCPUAllocator(), /*resizable=*/true);
-  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                       npu.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(npu.sizes(), npu.strides(), npu.storage_offset());
+  auto view = tensor_over(std::move(storage), c10::DispatchKey::CPU, npu);
   copy_math_bits(npu, view);
   return view;
 }
 
 // An npu tensor over `storage` with the geometry (and conjugate and negative bits) of `like`.
 at::Tensor npu_over(const c10::Storage& storage, const at::Tensor& like) {
-  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
-  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  auto tensor = tensor_over(storage, c10::DispatchKey::PrivateUse1, like);
   copy_math_bits(like, tensor);
   return tensor;
 }
@@ -370,9 +374,7 @@ at::Tensor pin_memory(const at::Tensor& self, c10::optional<at::Device>) {
   TORCH_CHECK(self.is_cpu(), "cannot pin '", self.toString(), "' only dense CPU tensors can be pinned");
   c10::Storage storage(c10::Storage::use_byte_size_t(), self.storage().nbytes(), &pinned_allocator,
                        /*resizable=*/false);
-  auto pinned = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                         self.dtype());
-  pinned.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides(), self.storage_offset());
+  auto pinned = tensor_over(std::move(storage), c10::DispatchKey::CPU, self);
   pinned.copy_(self);
   return pinned;
 }

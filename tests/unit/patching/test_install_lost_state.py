@@ -13,11 +13,9 @@ import json
 import os
 import shutil
 import subprocess
-import venv
 from pathlib import Path
 from typing import Dict
 
-import pip
 import pytest
 from fake_site import (
     STOP_PATH,
@@ -26,9 +24,12 @@ from fake_site import (
     UTILS_PATH,
     make_patches,
     make_site,
+    make_venv,
+    remove_ascend_env,
     run_cli,
+    run_pip,
+    site_with_ascend_env,
     snapshot,
-    write_dist,
 )
 
 from ascend_env.exceptions import EnvironmentProblem
@@ -43,9 +44,7 @@ OWN = "ascend_env-0.1.0.dist-info/RECORD"
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    site = make_site(tmp_path)
-    write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
-    return site
+    return site_with_ascend_env(tmp_path)
 
 
 @pytest.fixture
@@ -193,18 +192,9 @@ def test_install_mends_such_a_state_too(site, patches):
     assert snapshot(site) == pristine
 
 
-def pip_uninstall_ascend_env(site: Path) -> None:
-    """What ``pip uninstall ascend-env`` does: remove every file its RECORD lists, the hook's too."""
-    own = find_distribution(site, "ascend-env")
-    assert own is not None
-    for path in own.record:
-        (site / path).unlink(missing_ok=True)
-    (site / own.dist_info).rmdir()
-
-
 def test_restore_after_pip_removed_ascend_envs_record_does_not_call_it_replaced(site, patches):
     assert cli(site, patches, "install", "--patches=always").returncode == 0
-    pip_uninstall_ascend_env(site)
+    remove_ascend_env(site)  # pip uninstall ascend-env
     restored = cli(site, patches, "restore", "--json")
     assert restored.returncode == 0, restored.stderr
     actions = {item["path"]: item["action"] for item in json.loads(restored.stdout)["files"]}
@@ -304,33 +294,11 @@ def tiny_wheel(directory: Path, name: str, version: str) -> Path:
     return path
 
 
-def run_pip(python: Path, *args: str) -> subprocess.CompletedProcess:
-    """pip (this environment's copy) for the environment of ``python``, offline. Only pip itself
-    is put on that Python's path: this environment's site-packages would show pip the
-    distributions installed here (ascend-env among them, where the tests run from its wheel)."""
-    only_pip = python.parent.parent / "pip-only"
-    if not only_pip.exists():
-        only_pip.mkdir()
-        (only_pip / "pip").symlink_to(Path(pip.__file__).parent)
-    pip_home = str(only_pip)
-    code = (
-        f"import sys; sys.path.append({pip_home!r})\n"
-        "from pip._internal.cli.main import main\n"
-        f"sys.exit(main({['--disable-pip-version-check', '--no-input', *args]!r}))\n"
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    environ["PIP_CONFIG_FILE"] = os.devnull
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=environ, timeout=300)
-
-
 @pytest.mark.parametrize("name", ["tinyx", "ascend-env"])
 def test_the_fix_for_a_missing_record_works_with_pip(tmp_path, name):
     """The fix the refusal gives is run with pip itself (the wheel's path for the placeholder of
     ascend-env, which no index serves): afterwards the RECORD is back and pip can uninstall."""
-    env = tmp_path / "env"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
-    python = env / "bin" / "python"
-    site = next(env.glob("lib/python*/site-packages"))
+    python, site = make_venv(tmp_path)
     wheel = tiny_wheel(tmp_path, name, "0.1.0")
     done = run_pip(python, "install", "--no-index", "--no-deps", str(wheel))
     assert done.returncode == 0, done.stderr
