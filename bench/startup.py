@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from bench_tables import STARTUP_HEADER, startup_row, write
 
 import ascend_env
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 
 SETUPTOOLS_PTH = "distutils-precedence.pth"
 # A marker file: make_env removes the hook's .pyc from an environment that holds it.
@@ -51,20 +51,20 @@ NO_PYC = "no-hook-pyc.txt"
 SETUPTOOLS_SET = "with setuptools' .pth"
 
 
-def make_env(root: Path, files: Dict[str, bytes], trees: Dict[str, Path]) -> Path:
-    """A venv with a copy of ascend_env in its site-packages, plus ``files`` and copies of the
+def make_env(root: Path, contents: Dict[str, bytes], trees: Dict[str, Path]) -> Path:
+    """A venv with a copy of ascend_env in its site-packages, plus ``contents`` and copies of the
     directories ``trees`` (by name in site-packages); its python."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     site = next(root.glob("lib/python*/site-packages"))
     trees = {"ascend_env": Path(ascend_env.__file__).parent, **trees}
     for name, source in trees.items():
         shutil.copytree(source, site / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name, data in files.items():
+    for name, data in contents.items():
         (site / name).parent.mkdir(exist_ok=True)
         (site / name).write_bytes(data)
     compileall.compile_dir(site, quiet=1)  # as pip does at install
-    if NO_PYC in files:  # the hook as install wrote it before it wrote the .pyc
-        for pyc in (site / "__pycache__").glob(f"{hook.NAME}.*.pyc"):
+    if NO_PYC in contents:  # the hook as install wrote it before it wrote the .pyc
+        for pyc in (site / "__pycache__").glob(f"{files.NAME}.*.pyc"):
             pyc.unlink()
     return root / "bin" / "python"
 
@@ -106,9 +106,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
-    kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": {**hook.files(), **hook.bytecode()}}
+    kinds: Dict[str, Dict[str, bytes]] = {"plain": {}, "hooked": {**files.files(), **files.bytecode()}}
     if args.no_bytecode:
-        kinds["hooked, no .pyc"] = {**hook.files(), NO_PYC: b""}
+        kinds["hooked, no .pyc"] = {**files.files(), NO_PYC: b""}
     if args.floor:
         kinds["empty module"] = {"floor_hook.pth": b"import floor_hook\n", "floor_hook.py": b""}
     sets: Dict[str, Tuple[Dict[str, bytes], Dict[str, Path]]] = {"bare venv": ({}, {})}

@@ -28,7 +28,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from packaging.version import Version
 
-from ascend_env.detect import npu_oplists as oplists
+from ascend_env.detect import npu_oplists
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "ascend_env" / "data" / "optables" / "optables.json"
@@ -86,13 +86,13 @@ def read_wheel(wheel: Path) -> Tuple[FrozenSet[str], bool]:
     fallback_disable = False
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        wanted = {f"torch_npu/{oplists.YAML_DIR.as_posix()}/{name}" for name in oplists.YAML_FILES}
+        wanted = {f"torch_npu/{npu_oplists.YAML_DIR.as_posix()}/{name}" for name in npu_oplists.YAML_FILES}
         found = [name for name in names if name in wanted]
         if not found:
             raise SystemExit(f"{wheel.name} has none of {sorted(wanted)}")
         for name in found:
             text = archive.read(name).decode("utf-8", errors="replace")
-            ops |= oplists.parse_supported(text, f"{wheel.name}!{name}")
+            ops |= npu_oplists.parse_supported(text, f"{wheel.name}!{name}")
         for name in names:
             if name.endswith((".so", ".py")) or ".so." in name:
                 if _contains(archive, name, FALLBACK_DISABLE):

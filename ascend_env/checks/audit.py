@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import ascend_env.sim.paths
 from ascend_env import _audited, sim
 from ascend_env.checks import paths_report, process_reports, tables
 from ascend_env.checks.findings import Findings, Outcome, Unaudited, findings_from
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import compile_mode
-from ascend_env.sim import paths as sim_paths
 from ascend_env.utils import proctree, supervise
 
 __all__ = ["SCHEMA", "SCRATCH_PREFIX", "remove_stale_scratch", "run", "unaudited_reason"]
@@ -76,9 +76,9 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
         else:
             compile_mode.export_soc(env)
         if paths:
-            env[sim_paths.ENV] = "1"
+            env[ascend_env.sim.paths.ENV] = "1"
         else:
-            env.pop(sim_paths.ENV, None)
+            env.pop(ascend_env.sim.paths.ENV, None)
         try:
             supervised = supervise.supervise(command, env, scratch, _audited.REPORTS, timeout, stdout,
                                              lambda: process_reports.reported_pids(scratch))

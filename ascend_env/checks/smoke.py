@@ -90,7 +90,7 @@ def silencers(environ: Mapping[str, str]) -> Dict[str, str]:
 def installation() -> Installation:
     """The patch state of this Python's transformers and the startup hook's files next to it."""
     from ascend_env.exceptions import AscendEnvError
-    from ascend_env.hook import files as hook
+    from ascend_env.hook import files
     from ascend_env.patching import engine
 
     try:
@@ -108,9 +108,9 @@ def installation() -> Installation:
         }
     except AscendEnvError as exc:
         found["patches"] = {"status": "unknown", "error": exc.problem, "fix": exc.fix}
-    found["hook_files"] = hook.installed(site)
-    found["hook_current"] = hook.is_current(site)
-    boot = hook.running()  # imported at start-up by the hook's .pth line
+    found["hook_files"] = files.installed(site)
+    found["hook_current"] = files.is_current(site)
+    boot = files.running()  # imported at start-up by the hook's .pth line
     found["hook_started"] = bool(boot is not None and boot.STATE.started)
     found["hook_disabled"] = bool(boot is not None and boot.STATE.disabled)
     return found

@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from ascend_env.detect import cann as cann_mod
-from ascend_env.detect import compat, hook_site, socs
-from ascend_env.detect import driver as driver_mod
-from ascend_env.detect import packages as distributions
+from ascend_env.detect import cann, compat, driver, hook_site, packages, socs
 from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
@@ -165,7 +162,7 @@ class CompileMode:
                        "then run: python -m ascend_env install (its startup hook turns JIT compile off)")
 
 
-def _read_compile_mode(environ: Mapping[str, str], toolkit: cann_mod.Toolkit,
+def _read_compile_mode(environ: Mapping[str, str], toolkit: cann.Toolkit,
                       npu_smi: Optional[Callable[[], str]] = None) -> CompileMode:
     """The SoC (``$ASCEND_ENV_SOC`` or ``npu-smi info``), the binary kernels and the JIT default."""
     soc, source = machine_soc(environ, npu_smi)
@@ -186,8 +183,8 @@ class Report:
     torch: Package
     torch_npu: Package
     transformers: Package
-    toolkit: cann_mod.Toolkit
-    driver: driver_mod.Driver
+    toolkit: cann.Toolkit
+    driver: driver.Driver
     isin: Isin
     compat: compat.Verdict
     compile_mode: Optional[CompileMode] = None
@@ -241,19 +238,19 @@ def read_package(name: str, import_name: str, paths: Optional[Sequence[Path]]) -
     """What the metadata of ``name`` says (never raises)."""
     package = Package(name)
     try:
-        found = distributions.find_all(name, paths)
+        found = packages.find_all(name, paths)
     except Exception as exc:  # an unreadable site-packages must not stop the report
         package.problems.append(f"cannot list installed distributions ({exc}).")
         return package
     if not found:
         return package
     dist = found[0]
-    package.version = distributions.version(dist)
-    package.location = distributions.location(dist)
+    package.version = packages.version(dist)
+    package.location = packages.location(dist)
     package.shadowed = [
-        f"{distributions.version(other) or '?'} at {distributions.location(other)}" for other in found[1:]
+        f"{packages.version(other) or '?'} at {packages.location(other)}" for other in found[1:]
     ]
-    where = distributions.metadata_dir(dist) or package.location
+    where = packages.metadata_dir(dist) or package.location
     if package.version is None:
         package.problems.append(
             f"the metadata at {where} has no Version; {name} is reported as not installed."
@@ -264,12 +261,12 @@ def read_package(name: str, import_name: str, paths: Optional[Sequence[Path]]) -
             f"{len(package.shadowed)} more {name} installation(s) are hidden behind this one: "
             + "; ".join(package.shadowed)
         )
-    package_dir = distributions.package_dir(dist, import_name)
+    package_dir = packages.package_dir(dist, import_name)
     if package_dir.is_dir():
         package.package_dir = package_dir
     else:
         package.problems.append(f"{name} {package.version} is registered but {package_dir} is missing.")
-    requirement = distributions.requirement_on(dist, "torch") if name != "torch" else None
+    requirement = packages.requirement_on(dist, "torch") if name != "torch" else None
     package.requires_torch = None if requirement is None else str(requirement)
     return package
 
@@ -337,8 +334,8 @@ def detect(
     paths: Optional[Sequence[Path]] = None,
     environ: Optional[Mapping[str, str]] = None,
     prefixes: Optional[Sequence[Path]] = None,
-    install_info: Path = driver_mod.INSTALL_INFO,
-    driver_prefix: Path = cann_mod.SYSTEM_PREFIX,
+    install_info: Path = driver.INSTALL_INFO,
+    driver_prefix: Path = cann.SYSTEM_PREFIX,
     machine: Optional[str] = None,
     python_version: Optional[Sequence[int]] = None,
     table: Optional[compat.Table] = None,
@@ -358,10 +355,10 @@ def detect(
     torch = read_package("torch", "torch", paths)
     torch_npu = read_package("torch_npu", "torch_npu", paths)
     transformers = read_package("transformers", "transformers", paths)
-    toolkit = cann_mod.find_toolkit(environ, prefixes, machine)
-    driver = driver_mod.find_driver(install_info, driver_prefix)
+    toolkit = cann.find_toolkit(environ, prefixes, machine)
+    found_driver = driver.find_driver(install_info, driver_prefix)
     isin = read_isin(torch_npu)
-    site_packages = distributions.site_packages() if paths is None else list(paths)
+    site_packages = packages.site_packages() if paths is None else list(paths)
     isin.hook_site = transformers.location or (site_packages[0] if site_packages else None)
     if isin.hook_site is not None:
         isin.hook_installed = bool(hook_site.installed(isin.hook_site))
@@ -374,12 +371,12 @@ def detect(
         executable=sys.executable,
         machine=machine,
         site_packages=site_packages,
-        search_path=distributions.search_path(paths),
+        search_path=packages.search_path(paths),
         torch=torch,
         torch_npu=torch_npu,
         transformers=transformers,
         toolkit=toolkit,
-        driver=driver,
+        driver=found_driver,
         isin=isin,
         compat=verdict,
         compile_mode=compile_mode,
@@ -392,7 +389,7 @@ def _compat_verdict(
     table: Optional[compat.Table],
     torch: Package,
     torch_npu: Package,
-    toolkit: cann_mod.Toolkit,
+    toolkit: cann.Toolkit,
     version_info: Sequence[int],
 ) -> compat.Verdict:
     """The compatibility table's verdict on these versions; ``unknown`` when the table cannot be read."""
@@ -413,7 +410,7 @@ def _compat_verdict(
 
 
 def _notes(
-    environ: Mapping[str, str], torch_npu: Package, toolkit: cann_mod.Toolkit, compile_mode: CompileMode
+    environ: Mapping[str, str], torch_npu: Package, toolkit: cann.Toolkit, compile_mode: CompileMode
 ) -> List[str]:
     """What to do about what was found, before the compatibility table's own notes."""
     note = compile_mode.note()
@@ -424,7 +421,7 @@ def _notes(
             "itself as a torch backend); set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to import torch anyway."
         )
     if toolkit.found and toolkit.origin.startswith("default path") and not environ.get("ASCEND_HOME_PATH"):
-        script = cann_mod.set_env_script(toolkit.root) if toolkit.root else None
+        script = cann.set_env_script(toolkit.root) if toolkit.root else None
         notes.append(
             f"ASCEND_HOME_PATH is not set: run 'source {script or '<CANN root>/set_env.sh'}' "
             "before using torch_npu."

@@ -31,7 +31,7 @@ from typing import (
     TypedDict,
 )
 
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 
 if TYPE_CHECKING:
     from ascend_env.hook import compile_guard
@@ -199,14 +199,14 @@ def activate(source: str) -> List[str]:
     # torch first, so that a broken torch is what the error names.
     import torch  # noqa: F401
 
-    from ascend_env.kernels import registry as fixes
+    from ascend_env.kernels import registry
 
-    kernels = fixes.kernels()
+    kernels = registry.kernels()
 
     RECORD.release = _backend_release(source) or RECORD.release
     # Decide every fix before registering any: registering an out= kernel changes whether its
     # functional overload still falls back.
-    wanted = [fix for fix in fixes.FIXES if _lacks_kernel(fix)]
+    wanted = [fix for fix in registry.FIXES if _lacks_kernel(fix)]
     registered = [fix.op for fix in wanted if _register(fix, kernels)]
     try:
         warn_on_drift(sys.stderr)
@@ -225,7 +225,7 @@ def guard_compile_mode(source: str) -> compile_guard.Decision:
     """
     from ascend_env.hook import compile_guard
 
-    boot = hook.running()
+    boot = files.running()
     enabled = bool(getattr(boot, "COMPILE_GUARD", True))
     simulator = _simulator()
     if simulator is not None:
@@ -261,7 +261,7 @@ def status() -> HookStatus:
 
     ``native`` lists the fixes left alone: their op has an NPU kernel, or its ``out=`` form has.
     """
-    boot = hook.running()
+    boot = files.running()
     state = boot.STATE if boot is not None else None
     return {
         "hook_started": state is not None and state.started,

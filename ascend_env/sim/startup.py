@@ -58,9 +58,9 @@ def enable(table: Mapping[str, str]) -> None:
     :func:`ascend_env.checks.tables.choose_table` picks: a release's table, or an installed
     torch_npu's op lists), and make ``import torch_npu`` find the simulated package."""
     if table.get(OPLISTS):
-        from ascend_env.detect import npu_oplists as oplists
+        from ascend_env.detect import npu_oplists
 
-        ops = oplists.read_torch_npu(Path(table[OPLISTS]))
+        ops = npu_oplists.read_torch_npu(Path(table[OPLISTS]))
         sim.enable_ops(table.get(LABEL, table[OPLISTS]), ops, table.get(FALLBACK_DISABLE) == "1")
     else:
         sim.enable(table.get(TORCH_NPU) or None)

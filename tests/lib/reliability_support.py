@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 from ascend_env.patching.faults import CRASH_ENV
 from ascend_env.patching.manifest import load_manifest, patches_dir
 from ascend_env.patching.records import parse_record, rewrite_record
@@ -51,8 +51,8 @@ def _stat(path: Path) -> FileStat:
 def walk(site: Path) -> Dict[str, Path]:
     """Every regular file or link under ``site`` by POSIX path relative to it."""
     out = {}
-    for directory, dirs, files in os.walk(site):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+    for directory, dirs, filenames in os.walk(site):
+        for name in filenames + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
             path = Path(directory, name)
             out[path.relative_to(site).as_posix()] = path
     return out
@@ -130,7 +130,7 @@ class Tree:
         self.record_path = f"{dist_info}/RECORD"
         release = load_manifest(self.patches).releases[self.version]
         self.targets = {path: (change.before, change.after) for path, change in release.changes.items()}
-        self.hook_files = {**hook.files(), **hook.bytecode()}
+        self.hook_files = {**files.files(), **files.bytecode()}
         self.pristine_record = (self.pristine / self.record_path).read_bytes()
         self.rows = {row.path: row for row in parse_record(self.pristine_record.decode("utf-8"))}
         self.files = walk(self.pristine)

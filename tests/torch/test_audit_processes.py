@@ -19,11 +19,11 @@ from typing import Tuple
 
 import pytest
 
-from ascend_env.checks import audit as audit_module
+from ascend_env.checks import audit
 from ascend_env.cli import main
 
 ISIN = "aten::isin.Tensor_Tensor_out"
-ROOT = str(Path(audit_module.__file__).resolve().parents[1])
+ROOT = str(Path(audit.__file__).resolve().parents[1])
 
 PRELUDE = textwrap.dedent(
     """
@@ -44,7 +44,7 @@ def write_script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def audit(capfd, *args: str) -> Tuple[int, dict, str]:
+def run_audit(capfd, *args: str) -> Tuple[int, dict, str]:
     code = main(["audit", "--json", "--torch-npu", "2.1.0.post6", *args])
     captured = capfd.readouterr()
     report = json.loads(captured.out)
@@ -66,7 +66,7 @@ def test_os_fork_children_count_their_own_fallbacks_only(capfd, tmp_path):
             os._exit(0)
         os.waitpid(pid, 0)
     """)
-    code, report, _ = audit(capfd, "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["schema"] == 1 and report["processes"] == 2
     assert report["fallbacks"] == {ISIN: 3}
     (parent,), (child,) = by_origin(report, "start"), by_origin(report, "fork")
@@ -83,7 +83,7 @@ def test_fork_pool_workers_are_counted_though_the_pool_terminates_them(capfd, tm
             with multiprocessing.get_context("fork").Pool(2) as pool:
                 assert pool.map(work, range(4)) == [2, 2, 2, 2]
     """)
-    code, report, _ = audit(capfd, "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 4}
     workers = by_origin(report, "fork")
@@ -103,7 +103,7 @@ def test_dataloader_fork_workers(capfd, tmp_path):
             loader = DataLoader(Items(), batch_size=2, num_workers=2, multiprocessing_context="fork")
             assert sum(int(b.sum()) for b in loader) == 12
     """)
-    code, report, _ = audit(capfd, "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 6} and len(by_origin(report, "fork")) == 2
 
@@ -118,7 +118,7 @@ def test_spawn_and_forkserver_children(capfd, tmp_path):
                 child.join()
                 assert child.exitcode == 0
     """)
-    code, report, _ = audit(capfd, "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 2}
     falling = [p for p in report["per_process"] if p["fallbacks"]]
@@ -155,7 +155,7 @@ def test_os_exit_in_the_command_and_in_a_worker(capfd, tmp_path):
 def test_a_killed_or_crashed_command_reports_what_was_seen(capfd, tmp_path, ending, how):
     # The sleep lets the report thread see the fallback (it looks every POLL_SECONDS).
     script = write_script(tmp_path, f"isin()\ntime.sleep(0.5)\n{how}\n")
-    code, report, _ = audit(capfd, "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["ended"] == f"killed by {ending}"
     assert report["fallbacks"] == {ISIN: 1} and report["processes"] == 1
     assert report["per_process"][0]["ended"] == f"killed by {ending}"
@@ -178,7 +178,7 @@ def test_timeout_stops_the_command_and_reports_what_was_seen(capfd, tmp_path):
         time.sleep(60)
     """)
     start = time.monotonic()
-    code, report, _ = audit(capfd, "--timeout", "8", "--", sys.executable, script)
+    code, report, _ = run_audit(capfd, "--timeout", "8", "--", sys.executable, script)
     assert time.monotonic() - start < 40
     assert code == 1 and report["timed_out"] is True and report["timeout"] == 8
     assert report["ended"] == "timed out after 8 s" and report["stopped"] == 2

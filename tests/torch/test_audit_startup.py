@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ascend_env.cli import main
-from ascend_env.hook import files as hook_files
+from ascend_env.hook import files
 
 ISIN = "aten::isin.Tensor_Tensor_out"
 # torch >= 2.5 loads torch.backends entry points at import (torch/__init__.py).
@@ -86,7 +86,7 @@ def test_the_hook_hears_of_the_simulated_torch_npu_by_its_import(capfd, tmp_path
     must hear of it, and each process's report copies the hook's events."""
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
-    (hook_dir / hook_files.MODULE_FILE).write_bytes(hook_files.files()[hook_files.MODULE_FILE])
+    (hook_dir / files.MODULE_FILE).write_bytes(files.files()[files.MODULE_FILE])
     script = write(tmp_path, "s.py", textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(hook_dir)!r})

@@ -16,8 +16,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from ascend_env.hook import compile_guard
-from ascend_env.hook import files as hook
+from ascend_env.hook import compile_guard, files
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 
@@ -59,7 +58,7 @@ def make_env(root: Path, guard: bool) -> Path:
     site = next(root.glob("lib/python*/site-packages"))
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     (site / "_ascend_env_test_paths.pth").write_text("\n".join(paths) + "\n")
-    for name, data in hook.files(guard).items():
+    for name, data in files.files(guard).items():
         (site / name).write_bytes(data)
     return root / "bin" / "python"
 

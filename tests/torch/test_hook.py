@@ -19,8 +19,8 @@ from typing import Dict, Optional
 import pytest
 
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
-from ascend_env.hook import files as hook
-from ascend_env.kernels import registry as fixes
+from ascend_env.hook import files
+from ascend_env.kernels import registry
 from ascend_env.sim import optables
 
 CAUTION = "CAUTION: The operator 'aten::isin"
@@ -71,7 +71,7 @@ def hooked_env(tmp_path_factory) -> Path:
     site = next(root.glob("lib/python*/site-packages"))
     paths = [p for p in sys.path if p and Path(p).is_dir()]
     (site / "_ascend_env_test_paths.pth").write_text("\n".join(paths) + "\n")
-    for name, data in hook.files().items():
+    for name, data in files.files().items():
         (site / name).write_bytes(data)
     return root / "bin" / "python"
 
@@ -216,7 +216,7 @@ def test_every_op_table(hooked_env, table):
     report, stderr = smoke(hooked_env, ENABLE_SIM.format(table=table))
     assert report["equal"] == [True] * 5
     ops = optables.load(table)
-    falling_back = [fix.op for fix in fixes.FIXES if all(op not in ops for op in fix.when_missing)]
+    falling_back = [fix.op for fix in registry.FIXES if all(op not in ops for op in fix.when_missing)]
     assert report["status"]["registered"] == falling_back
     assert not any(op.startswith("aten::isin") for op in report["fallbacks"]), report["fallbacks"]
     assert CAUTION not in stderr and OVERRIDE not in stderr

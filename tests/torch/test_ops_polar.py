@@ -22,7 +22,7 @@ import torch
 from conftest import run_python
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ascend_env.kernels import registry as fixes
+from ascend_env.kernels import registry
 from ascend_env.kernels.polar import ATEN_KERNELS, NATIVE_OPS, polar, polar_out
 from ascend_env.sim import optables
 
@@ -183,7 +183,7 @@ def test_kernels_cover_every_aten_overload_with_its_schema():
 
 
 def test_the_registry_needs_polar_exactly_where_the_tables_lack_it():
-    by_op = {fix.op: fix for fix in fixes.FIXES}
+    by_op = {fix.op: fix for fix in registry.FIXES}
     assert by_op["polar"].when_missing == ("polar", "polar.out")
     for release in ("2.1.0.post3", "2.2.0"):
         assert by_op["polar"].needed_by(release) and by_op["polar.out"].needed_by(release)

@@ -12,13 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 
 
 def hook_site(root: Path) -> Path:
     site = root / "hook-site"
     site.mkdir()
-    for name, data in hook.files().items():
+    for name, data in files.files().items():
         (site / name).write_bytes(data)
     return site
 

@@ -18,8 +18,7 @@ from typing import Optional
 import pytest
 
 import ascend_env
-from ascend_env.hook import boot as _boot
-from ascend_env.hook import files as hook
+from ascend_env.hook import boot, files
 
 ASCEND_ENV_ROOT = str(Path(ascend_env.__file__).parent.parent)
 
@@ -35,7 +34,7 @@ def run_python(
     if path is not None:
         prelude += f"sys.path.insert(0, {path!r})\n"
     prelude += f"import site\nsite.addsitedir({str(site)!r})\n"
-    environ = {k: v for k, v in os.environ.items() if k != _boot.DISABLE_VARIABLE}
+    environ = {k: v for k, v in os.environ.items() if k != boot.DISABLE_VARIABLE}
     environ.update(env)
     return subprocess.run(
         [sys.executable, "-I", "-S", "-c", prelude + code],
@@ -47,7 +46,7 @@ def run_python(
 
 
 def write_hook(site: Path) -> None:
-    for name, data in hook.files().items():
+    for name, data in files.files().items():
         (site / name).write_bytes(data)
 
 
@@ -192,14 +191,14 @@ def test_broken_ascend_env_is_silent(tmp_path: Path):
 
 def test_start_file_names_the_entry_point():
     # PEP 829: `<name>.start` holds `pkg.mod:callable` lines and shares the .pth file's name.
-    start = hook.files()[hook.START_FILE].decode()
+    start = files.files()[files.START_FILE].decode()
     entries = [line for line in start.splitlines() if line and not line.startswith("#")]
     assert entries == ["ascend_env_hook:main"]
-    assert Path(hook.PTH_FILE).stem == Path(hook.START_FILE).stem == Path(hook.MODULE_FILE).stem
+    assert Path(files.PTH_FILE).stem == Path(files.START_FILE).stem == Path(files.MODULE_FILE).stem
 
 
 def test_the_installed_module_is_the_boot_source():
-    assert hook.files()[hook.MODULE_FILE] == Path(_boot.__file__).read_bytes()
+    assert files.files()[files.MODULE_FILE] == Path(boot.__file__).read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -229,7 +228,7 @@ def test_start_up_imports_only_the_hook_module(tmp_path: Path):
     write_hook(hooked)
     without = json.loads(run_python(plain, "import json\n" + MODULES, path=None).stdout)
     with_ = json.loads(run_python(hooked, "import json\n" + MODULES, path=None).stdout)
-    assert sorted(set(with_) - set(without)) == [hook.NAME]
+    assert sorted(set(with_) - set(without)) == [files.NAME]
     assert set(without) <= set(with_)
 
 
@@ -251,8 +250,8 @@ def test_the_hook_module_holds_two_functions_no_class_and_no_module_but_sys(tmp_
 
 
 def test_the_pth_line_only_imports_the_module_which_starts_itself():
-    lines = [line for line in hook.PTH_TEXT.splitlines() if not line.startswith("#")]
-    assert lines == [f"import {hook.NAME}"]
+    lines = [line for line in files.PTH_TEXT.splitlines() if not line.startswith("#")]
+    assert lines == [f"import {files.NAME}"]
 
 
 def test_imported_under_its_package_name_it_does_not_start(tmp_path: Path):
@@ -270,7 +269,7 @@ def test_imported_under_its_package_name_it_does_not_start(tmp_path: Path):
 def test_an_older_pth_line_that_also_calls_main_is_harmless(tmp_path: Path):
     # Hooks written by earlier releases ran "import ascend_env_hook; ascend_env_hook.main()".
     write_hook(tmp_path)
-    (tmp_path / hook.PTH_FILE).write_text("import ascend_env_hook; ascend_env_hook.main()\n")
+    (tmp_path / files.PTH_FILE).write_text("import ascend_env_hook; ascend_env_hook.main()\n")
     result = run_python(tmp_path, REPORT + COUNT_FINDERS)
     assert result.returncode == 0, result.stderr
     state_line, count = result.stdout.splitlines()
@@ -282,7 +281,7 @@ def test_an_older_pth_line_that_also_calls_main_is_harmless(tmp_path: Path):
 def test_the_start_entry_point_after_the_import_is_harmless(tmp_path: Path):
     # PEP 829: Python >= 3.15 imports the module named in the .start file, then calls main().
     write_hook(tmp_path)
-    (tmp_path / hook.PTH_FILE).unlink()
+    (tmp_path / files.PTH_FILE).unlink()
     code = (
         f"sys.path.insert(0, {str(tmp_path)!r})\nimport ascend_env_hook as b\nb.main()\n"
         "print(b.STATE.started)\n" + COUNT_FINDERS

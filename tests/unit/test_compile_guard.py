@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.hook import compile_guard
-from ascend_env.hook import files as hook
+from ascend_env.hook import compile_guard, files
 from ascend_env.hook.compile_guard import Kernels
 
 NPU_SMI_910B3 = """\
@@ -125,15 +124,15 @@ def test_from_environment_reads_toolkit_and_switch(tmp_path):
 
 
 def test_hook_module_carries_the_setting(tmp_path):
-    on, off = hook.files(True)[hook.MODULE_FILE], hook.files(False)[hook.MODULE_FILE]
+    on, off = files.files(True)[files.MODULE_FILE], files.files(False)[files.MODULE_FILE]
     assert on != off and b"COMPILE_GUARD = False" in off
     for setting in (True, False):
         site = tmp_path / str(setting)
         site.mkdir()
-        for name, data in hook.files(setting).items():
+        for name, data in files.files(setting).items():
             (site / name).write_bytes(data)
-        assert hook.compile_guard_setting(site) is setting
-        assert hook.is_current(site)
+        assert files.compile_guard_setting(site) is setting
+        assert files.is_current(site)
     namespace: dict = {}
     exec(compile(off, "ascend_env_hook.py", "exec"), namespace)
     assert namespace["COMPILE_GUARD"] is False

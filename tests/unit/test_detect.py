@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import ascend_env.commands.detect
 from ascend_env import cli
-from ascend_env.commands import detect as command
 from ascend_env.detect import cann
-from ascend_env.detect import report as detect_mod
-from ascend_env.detect.report import NO_TORCH_NPU, detect
+from ascend_env.detect.report import NO_TORCH_NPU, Report, detect
 from ascend_env.hook import compile_guard
 
 DATA = Path(__file__).parent / "data"
@@ -72,7 +71,7 @@ def site(tmp_path) -> Path:
     return path
 
 
-def run(tmp_path: Path, site: Path, **kw) -> detect_mod.Report:
+def run(tmp_path: Path, site: Path, **kw) -> Report:
     kw.setdefault("environ", {})
     kw.setdefault("prefixes", [tmp_path / "Ascend"])
     kw.setdefault("install_info", tmp_path / "etc" / "ascend_install.info")
@@ -247,7 +246,7 @@ def fake_detect(tmp_path, monkeypatch):
         detect, environ={}, prefixes=[tmp_path / "Ascend"], install_info=tmp_path / "none",
         driver_prefix=tmp_path / "Ascend", machine="aarch64", python_version=(3, 10, 1),
     )
-    monkeypatch.setattr(command, "detect", bound)
+    monkeypatch.setattr(ascend_env.commands.detect, "detect", bound)
 
 
 def test_cli_json_and_exit_codes(tmp_path, site, fake_detect, capsys):
@@ -279,18 +278,18 @@ def test_cli_bad_path_is_a_usage_error(tmp_path, capsys):
 
 def test_render_does_not_need_a_terminal(tmp_path, site):
     install_torch_npu(site)
-    text = command.render(run(tmp_path, site))
+    text = ascend_env.commands.detect.render(run(tmp_path, site))
     assert "Compatibility: mismatch" in text and "[XX] cann:" in text
     assert isinstance(io.StringIO(text).read(), str)
 
 
 def test_install_has_no_work_once_the_startup_hook_is_installed(tmp_path, site):
-    from ascend_env.hook import files as hook_files
+    from ascend_env.hook import files
 
     install_torch_npu(site)
     install(site, "transformers-4.46.3")
     assert run(tmp_path, site).isin.install_has_work is True
-    for name, data in hook_files.files().items():
+    for name, data in files.files().items():
         (site / name).write_bytes(data)
     isin = run(tmp_path, site).isin
     assert isin.falls_back is True  # torch_npu's own op table still lacks it
@@ -298,7 +297,7 @@ def test_install_has_no_work_once_the_startup_hook_is_installed(tmp_path, site):
     assert isin.install_reason().startswith(f"the startup hook is installed in {site}")
 
 
-def _statuses(report: detect_mod.Report) -> dict:
+def _statuses(report: Report) -> dict:
     return {fixed.op: (fixed.status, fixed.falls_back) for fixed in report.fixes}
 
 
@@ -328,10 +327,10 @@ def test_a_release_without_polar_falls_back_on_it(tmp_path, site):
 
 
 def test_the_startup_hook_makes_them_fixed(tmp_path, site):
-    from ascend_env.hook import files as hook
+    from ascend_env.hook import files
 
     install_torch_npu(site)
-    for name, data in hook.files().items():
+    for name, data in files.files().items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_bytes(data)
     report = run(tmp_path, site)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
-from ascend_env.kernels import registry as fixes
+from ascend_env.kernels import registry
 from ascend_env.sim import optables
 
 
-@pytest.mark.parametrize("fix", fixes.FIXES, ids=lambda fix: fix.op)
+@pytest.mark.parametrize("fix", registry.FIXES, ids=lambda fix: fix.op)
 def test_releases_are_exactly_those_where_the_op_falls_back(fix):
     for release in optables.releases():
         table = optables.load(release)
@@ -18,7 +18,7 @@ def test_releases_are_exactly_those_where_the_op_falls_back(fix):
 
 
 def test_a_functional_op_falls_back_only_with_its_out_form():
-    by_op = {fix.op: fix for fix in fixes.FIXES}
+    by_op = {fix.op: fix for fix in registry.FIXES}
     for op, fix in by_op.items():
         assert fix.when_missing[0] == op
         for other in fix.when_missing[1:]:
@@ -26,25 +26,25 @@ def test_a_functional_op_falls_back_only_with_its_out_form():
 
 
 def test_every_overload_of_each_fixed_op_has_a_fix():
-    assert fixes.families() == ("isin", "polar")
-    assert {fix.op for fix in fixes.FIXES if fix.family == "isin"} == set(ISIN_OVERLOADS)
-    assert {fix.op for fix in fixes.FIXES if fix.family == "polar"} == {"polar", "polar.out"}
-    for fix in fixes.FIXES:
+    assert registry.families() == ("isin", "polar")
+    assert {fix.op for fix in registry.FIXES if fix.family == "isin"} == set(ISIN_OVERLOADS)
+    assert {fix.op for fix in registry.FIXES if fix.family == "polar"} == {"polar", "polar.out"}
+    for fix in registry.FIXES:
         assert fix.module == f"ascend_env.kernels.{fix.family}"
 
 
 def test_kernels_holds_every_fix():
     pytest.importorskip("torch")
-    assert set(fixes.kernels()) == {fix.op for fix in fixes.FIXES}
+    assert set(registry.kernels()) == {fix.op for fix in registry.FIXES}
 
 
 def test_every_fix_says_why():
-    for fix in fixes.FIXES:
+    for fix in registry.FIXES:
         assert fix.reason and fix.qualified_name == f"aten::{fix.op}"
 
 
 def test_unknown_release():
-    fix = fixes.FIXES[0]
+    fix = registry.FIXES[0]
     assert fix.needed_by(None) is None
     assert fix.needed_by("not a version") is None
     assert fix.needed_by("2.1.0.post6") is True
@@ -61,10 +61,10 @@ def test_polar_copies_to_the_host_exactly_where_op_plugin_b761d58_is_pinned():
     records = json.loads(oppaths.DATA_FILE.read_text(encoding="utf-8"))["releases"]
     pinned = {r["version"] for r in records if r["op_plugin_commit"].startswith("b761d5824d7b")}
     assert pinned == {"2.1.0.post6", "2.2.0.post2", "2.3.1"}
-    polar = {fix.op: fix for fix in fixes.FIXES}["polar"]
+    polar = {fix.op: fix for fix in registry.FIXES}["polar"]
     for release in optables.releases():
         assert polar.copies_to_host(release) is (release in pinned), release
         if release in pinned:
             assert "polar" in optables.load(release)  # registered, so never overridden
     assert polar.copies_to_host(None) is False and polar.copies_to_host("garbage") is False
-    assert not any(fix.copies_to_host("2.3.1") for fix in fixes.FIXES if fix.family == "isin")
+    assert not any(fix.copies_to_host("2.3.1") for fix in registry.FIXES if fix.family == "isin")

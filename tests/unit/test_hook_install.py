@@ -23,7 +23,7 @@ from fake_site import (
 from typed_reports import unknown_keys
 
 from ascend_env.commands.status import HookPart
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 from ascend_env.patching.records import find_distribution
 
 
@@ -40,10 +40,10 @@ def patches(tmp_path: Path) -> Path:
 def test_install_writes_the_hook_and_lists_it_in_ascend_envs_record(site, patches):
     result = run_cli("install", "--target", str(site), "--patches-dir", str(patches), "--patches", "never")
     assert result.returncode == 0, result.stderr
-    assert hook.is_current(site)
+    assert files.is_current(site)
     own = find_distribution(site, "ascend-env")
     assert own is not None
-    for name, data in hook.files().items():
+    for name, data in files.files().items():
         assert own.record[name].matches(data)
 
 
@@ -53,7 +53,7 @@ def test_hook_only_installs_no_patch(site, patches):
     assert result.returncode == 0, result.stderr
     after = snapshot(site, include_state=False)
     changed = {path for path in after if before.get(path) != after[path]}
-    assert changed == {*hook.files(), *hook.bytecode(), "ascend_env-0.1.0.dist-info/RECORD"}
+    assert changed == {*files.files(), *files.bytecode(), "ascend_env-0.1.0.dist-info/RECORD"}
 
 
 def test_restore_removes_the_hook_and_its_record_rows(site, patches):
@@ -64,10 +64,10 @@ def test_restore_removes_the_hook_and_its_record_rows(site, patches):
         ).returncode
         == 0
     )
-    assert hook.installed(site)
+    assert files.installed(site)
     result = run_cli("restore", "--target", str(site))
     assert result.returncode == 0, result.stderr
-    assert hook.installed(site) == []
+    assert files.installed(site) == []
     assert snapshot(site) == before
 
 
@@ -78,7 +78,7 @@ def test_second_install_keeps_one_record_row_per_hook_file(site, patches):
             == 0
         )
     record = (site / "ascend_env-0.1.0.dist-info" / "RECORD").read_text()
-    for name in hook.files():
+    for name in files.files():
         assert sum(line.startswith(name + ",") for line in record.splitlines()) == 1
 
 
@@ -89,10 +89,10 @@ def test_pip_uninstall_removes_the_hook_files(tmp_path: Path, patches):
     write_dist(site, "ascend_env", "0.1.0", {"ascend_env/__init__.py": b"__version__ = '0.1.0'\n"})
     result = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 0, result.stderr
-    assert hook.installed(site)
+    assert files.installed(site)
     done = run_pip(python, "uninstall", "--yes", "--quiet", "ascend-env")
     assert done.returncode == 0, done.stderr
-    assert hook.installed(site) == []
+    assert files.installed(site) == []
     assert not (site / "ascend_env").exists()
 
 
@@ -111,7 +111,7 @@ def test_hook_only_with_a_patches_mode_is_a_usage_error(site, patches):
     result = run_cli("install", "--hook-only", "--patches", "always", "--target", str(site))
     assert result.returncode == 2
     assert "--hook-only" in result.stderr
-    assert hook.installed(site) == []
+    assert files.installed(site) == []
 
 
 def hooked_venv(tmp_path: Path, patches: Path) -> Path:
@@ -142,7 +142,7 @@ def test_status_shows_the_hook_ran_in_a_fresh_process(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     result = status_in(python, "--json", "--patches-dir", str(patches))
     report = json.loads(result.stdout)
-    assert report["hook"]["installed"] == sorted(hook.files())
+    assert report["hook"]["installed"] == sorted(files.files())
     assert report["hook"]["current"] is True
     assert report["hook"]["probe"]["ran"] is True
     assert report["hook"]["probe"]["backend"] is None  # no torch_npu here: the hook waits for it
@@ -172,7 +172,7 @@ def test_status_fails_when_the_hook_cannot_register(tmp_path: Path, patches):
     assert "startup hook error: " in text
 
 
-@pytest.mark.parametrize("name", [hook.PTH_FILE, hook.MODULE_FILE])
+@pytest.mark.parametrize("name", [files.PTH_FILE, files.MODULE_FILE])
 def test_restore_after_an_edited_hook_file_was_reinstalled_removes_it(site, patches, name):
     """install wrote the hook's files, someone edited one, install put it back: restore removes
     the files install created, not writes the edited bytes back (a broken .pth would then run at
@@ -182,7 +182,7 @@ def test_restore_after_an_edited_hook_file_was_reinstalled_removes_it(site, patc
     assert run_cli(*install).returncode == 0
     (site / name).write_text("import no_such_module_anywhere\n")
     assert run_cli(*install).returncode == 0
-    assert (site / name).read_bytes() == hook.files()[name]
+    assert (site / name).read_bytes() == files.files()[name]
     result = run_cli("restore", "--target", str(site))
     assert result.returncode == 0, result.stderr
     assert not (site / name).exists()
@@ -208,7 +208,7 @@ def test_a_hanging_probe_is_stopped_and_said(tmp_path: Path, patches):
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
     (site / "torch_npu").mkdir()
     (site / "torch_npu" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
-    found = hook.probe(str(python), timeout=2)
+    found = files.probe(str(python), timeout=2)
     assert found["ran"] is False and "did not finish within 2 s (importing torch_npu)" in found["error"]
 
 
@@ -265,14 +265,14 @@ def test_a_probe_answer_that_is_not_the_probes_is_said_not_parsed(tmp_path: Path
     write = f"open(sys.argv[1], 'wb').write({data} if isinstance({data}, bytes) else ({data}).encode())"
     (site / "zz_overwrite.pth").write_text(
         f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and {write})\n")
-    found = hook.probe(str(python))
+    found = files.probe(str(python))
     assert found["ran"] is False and "wrote an answer that is not the probe's" in str(found["error"])
 
 
 def test_status_fails_when_a_hook_file_was_edited(tmp_path: Path, patches):
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
-    (site / hook.START_FILE).write_text("# edited\n")
+    (site / files.START_FILE).write_text("# edited\n")
     result = status_in(python, "--patches-dir", str(patches))
     assert result.returncode == 1
     assert "differ" in result.stdout
@@ -327,9 +327,9 @@ def test_pip_reinstall_of_ascend_env_then_install_status_restore(site, patches, 
     after_pip = snapshot(site, include_state=False)
     result = run_cli(*install)
     assert result.returncode == 0, result.stderr
-    assert all((site / name).is_file() for name in hook.files())
+    assert all((site / name).is_file() for name in files.files())
     own = find_distribution(site, "ascend-env")
-    assert own is not None and set(hook.files()) <= set(own.record)
+    assert own is not None and set(files.files()) <= set(own.record)
     status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
     report = json.loads(status.stdout)
     assert report["status"] == "applied" and not report.get("drift"), report
@@ -338,7 +338,7 @@ def test_pip_reinstall_of_ascend_env_then_install_status_restore(site, patches, 
     restored = snapshot(site)
     assert {p: d for p, d in restored.items() if not p.startswith("ascend_env")} == {
         p: d for p, d in pristine.items() if not p.startswith("ascend_env")}
-    assert not any((site / name).exists() for name in hook.files())
+    assert not any((site / name).exists() for name in files.files())
     own = find_distribution(site, "ascend-env")
     assert (site / own.record_path).read_bytes() == after_pip[own.record_path]
 
@@ -369,7 +369,7 @@ def test_after_pip_uninstall_transformers_status_and_restore_work(site, patches)
     hook_only = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
     assert hook_only.returncode == 0, hook_only.stderr
     assert "(not installed)" in hook_only.stdout
-    assert all((site / name).is_file() for name in hook.files())
+    assert all((site / name).is_file() for name in files.files())
     status = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
     assert status.returncode == 0 and status.stdout.startswith("hook only: transformers (not installed)")
     assert run_cli("restore", "--target", str(site)).returncode == 0
@@ -391,11 +391,11 @@ def test_without_target_a_hook_only_install_finds_this_environment(tmp_path: Pat
     if subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 3:
         pytest.skip("transformers is installed on this environment's paths (the unit envs have none)")
     assert cli("install", "--hook-only").returncode == 0
-    assert all((site / name).is_file() for name in hook.files())
+    assert all((site / name).is_file() for name in files.files())
     status = cli("status")
     assert status.returncode == 0 and f"in {site.resolve()}" in status.stdout, status.stdout + status.stderr
     assert cli("restore").returncode == 0
-    assert not any((site / name).exists() for name in hook.files())
+    assert not any((site / name).exists() for name in files.files())
 
 
 def test_a_shared_site_packages_is_changed_only_when_named(tmp_path: Path, patches):
@@ -430,13 +430,13 @@ def test_install_writes_bytecode_that_start_up_uses_without_writing_any(site, pa
     any process), the import uses it, and restore removes it."""
     install = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
     assert run_cli(*install).returncode == 0
-    (name, data), = hook.bytecode().items()
+    (name, data), = files.bytecode().items()
     assert (site / name).read_bytes() == data
     code = f"import sys; sys.path.insert(0, {str(site)!r}); import ascend_env_hook"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     result = subprocess.run([sys.executable, "-v", "-c", code], capture_output=True, text=True, env=env,
                             timeout=60)
-    assert result.returncode == 0 and f"{site / name} matches {site / hook.MODULE_FILE}" in result.stderr
+    assert result.returncode == 0 and f"{site / name} matches {site / files.MODULE_FILE}" in result.stderr
     again = run_cli(*install)
     assert again.returncode == 0 and again.stdout.startswith("hook already installed:")
     assert run_cli("restore", "--target", str(site)).returncode == 0
@@ -449,7 +449,7 @@ def test_a_damaged_hook_module_is_reported_and_install_mends_it(tmp_path: Path, 
     and the next start is silent."""
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
-    (site / hook.MODULE_FILE).write_text("def broken(:\n")
+    (site / files.MODULE_FILE).write_text("def broken(:\n")
     started = subprocess.run([str(python), "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
     assert started.returncode == 0 and started.stdout == "ran\n"
     assert "ascend_env_hook" in started.stderr
@@ -457,7 +457,7 @@ def test_a_damaged_hook_module_is_reported_and_install_mends_it(tmp_path: Path, 
     assert result.returncode == 1 and "differ" in result.stdout
     again = run_cli("install", "--hook-only", "--target", str(site), "--patches-dir", str(patches))
     assert again.returncode == 0, again.stderr
-    assert hook.is_current(site)
+    assert files.is_current(site)
     quiet = subprocess.run([str(python), "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
     assert quiet.stdout == "ran\n" and quiet.stderr == ""
 
@@ -467,12 +467,12 @@ def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(s
     args = ("--hook-only", "--target", str(site), "--patches-dir", str(patches))
     off = run_cli("install", "--no-compile-guard", *args)
     assert off.returncode == 0, off.stderr
-    assert "compile-mode guard off" in off.stdout and hook.compile_guard_setting(site) is False
-    assert hook.is_current(site)
+    assert "compile-mode guard off" in off.stdout and files.compile_guard_setting(site) is False
+    assert files.is_current(site)
     on = run_cli("install", "--json", *args)
-    assert json.loads(on.stdout)["compile_guard"] is True and hook.compile_guard_setting(site) is True
+    assert json.loads(on.stdout)["compile_guard"] is True and files.compile_guard_setting(site) is True
     env_off = run_cli("install", *args, env={"ASCEND_ENV_COMPILE_GUARD": "0"})
-    assert env_off.returncode == 0 and hook.compile_guard_setting(site) is False
+    assert env_off.returncode == 0 and files.compile_guard_setting(site) is False
     status = json.loads(run_cli("status", "--json", *args[1:]).stdout)
     assert status["hook"]["compile_guard"] is False
     assert run_cli("restore", "--target", str(site)).returncode == 0

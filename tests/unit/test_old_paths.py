@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 import ascend_env
-from ascend_env.hook import files as hook_files
-from ascend_env.hook import runtime as hook_runtime
-from ascend_env.hook import watch
+from ascend_env.hook import files, runtime, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +21,7 @@ def test_the_watch_forwarder_gives_installed_hooks_what_they_call():
 
     assert _watch.find_and_wrap is watch.find_and_wrap
     assert _watch.notify is watch.notify
-    source = hook_files.files()[hook_files.MODULE_FILE].decode()
+    source = files.files()[files.MODULE_FILE].decode()
     assert source.count("from ascend_env import _watch") == 2
     assert "_watch.find_and_wrap(" in source and "_watch.notify(" in source
 
@@ -55,9 +53,9 @@ def test_detect_stays_importable_from_the_package():
 
 
 def test_runtime_status_and_sim_enable_keep_their_paths():
-    from ascend_env import runtime, sim
+    from ascend_env import runtime, sim  # ascend_env.runtime, not the module's ascend_env.hook.runtime
 
-    assert runtime.status is hook_runtime.status
+    assert runtime.status is ascend_env.hook.runtime.status
     assert callable(sim.enable)
 
 
@@ -92,7 +90,7 @@ def test_a_record_written_by_an_older_hook_module_still_works(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
     activated = []
-    monkeypatch.setattr(hook_runtime, "activate", activated.append)
+    monkeypatch.setattr(runtime, "activate", activated.append)
     state = types.SimpleNamespace(started=True, disabled=False, finder=object(), events=[], errors=[],
                                   searching=False)
     spec = watch.find_and_wrap(state, "torch_npu", None, None)

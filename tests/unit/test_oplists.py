@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.detect import npu_oplists as oplists
+from ascend_env.detect import npu_oplists
 from ascend_env.exceptions import EnvironmentProblem
 
 DATA = Path(__file__).parent / "data"
@@ -27,7 +27,7 @@ def torch_npu_dir(tmp_path: Path) -> Path:
 
 
 def test_real_lists_of_2_1_0_post6(torch_npu_dir: Path):
-    ops = oplists.read_torch_npu(torch_npu_dir)
+    ops = npu_oplists.read_torch_npu(torch_npu_dir)
     # bare strings, from either file
     assert {"empty.memory_format", "_copy_from_and_resize", "view", "resize_"} <= ops
     # mappings with `func: name.overload(schema)`, and with `func: name` alone
@@ -55,19 +55,19 @@ def test_real_lists_of_2_1_0_post6(torch_npu_dir: Path):
     ],
 )
 def test_entry_name(entry, name):
-    assert oplists.entry_name(entry) == name
+    assert npu_oplists.entry_name(entry) == name
 
 
 def test_one_file_is_enough(torch_npu_dir: Path):
     (torch_npu_dir / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml").unlink()
-    ops = oplists.read_torch_npu(torch_npu_dir)
+    ops = npu_oplists.read_torch_npu(torch_npu_dir)
     assert "view" in ops
     assert "eq.Tensor" not in ops
 
 
 def test_missing_lists_are_a_clear_error(tmp_path: Path):
     with pytest.raises(EnvironmentProblem) as info:
-        oplists.read_torch_npu(tmp_path)
+        npu_oplists.read_torch_npu(tmp_path)
     assert "missing" in info.value.problem
     assert "reinstall torch_npu" in info.value.fix
 
@@ -82,11 +82,11 @@ def test_missing_lists_are_a_clear_error(tmp_path: Path):
 )
 def test_broken_yaml_is_a_clear_error(text: str, problem: str):
     with pytest.raises(EnvironmentProblem) as info:
-        oplists.parse_supported(text, "x.yaml")
+        npu_oplists.parse_supported(text, "x.yaml")
     assert problem in info.value.problem
     assert "x.yaml" in info.value.problem
 
 
 def test_empty_document_has_no_ops():
-    assert oplists.parse_supported("") == frozenset()
-    assert oplists.parse_supported("backend: NPU\n") == frozenset()
+    assert npu_oplists.parse_supported("") == frozenset()
+    assert npu_oplists.parse_supported("backend: NPU\n") == frozenset()

@@ -12,7 +12,7 @@ import pytest
 
 import ascend_env
 from ascend_env.checks import verify
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 
 ROOT = str(Path(ascend_env.__file__).resolve().parents[1])
 
@@ -45,6 +45,6 @@ def test_status_probe_and_verify_smoke_pass_them_on(monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(verify, "child_flags", pyflags.child_flags)
-    hook.probe(sys.executable)
+    files.probe(sys.executable)
     verify.run_smoke(verify.Options(python=sys.executable), "cpu", ["isin"], {})
     assert [command[:2] for command in commands] == [[sys.executable, "-s"], [sys.executable, "-s"]]

@@ -33,7 +33,7 @@ from fake_site import (
 )
 
 from ascend_env.exceptions import EnvironmentProblem
-from ascend_env.hook import files as hook
+from ascend_env.hook import files
 from ascend_env.patching import engine, faults, store
 from ascend_env.patching.records import find_distribution
 from ascend_env.patching.state import drift, read_state
@@ -71,8 +71,8 @@ def lose_state(site: Path) -> None:
     shutil.rmtree(state_dir(site))
 
 
-def without_hook(files: Dict[str, bytes]) -> Dict[str, bytes]:
-    return {path: data for path, data in files.items() if path not in {*hook.files(), *hook.bytecode()}}
+def without_hook(tree: Dict[str, bytes]) -> Dict[str, bytes]:
+    return {path: data for path, data in tree.items() if path not in {*files.files(), *files.bytecode()}}
 
 
 @pytest.mark.parametrize("mode", ["--patches=always", "--hook-only"])
@@ -84,7 +84,7 @@ def test_the_advised_recovery_then_install_status_restore_leaves_the_tree_as_pip
     installed = cli(site, patches, "install", mode, "--json")
     assert installed.returncode == 0, installed.stderr
     report = json.loads(installed.stdout)
-    assert set(report["adopted"]) == {*hook.files(), *hook.bytecode(), OWN}
+    assert set(report["adopted"]) == {*files.files(), *files.bytecode(), OWN}
     status = cli(site, patches, "status", "--json")
     assert status.returncode == 0, status.stdout
     assert not json.loads(status.stdout).get("drift")
@@ -136,7 +136,7 @@ def test_a_hook_only_install_after_a_lost_state_records_what_it_adopts(site, pat
     state = read_state(site)
     assert state is not None
     recorded = {entry.path: entry for entry in state.entries}
-    assert recorded[hook.MODULE_FILE].before is None  # ascend-env's: restore removes it
+    assert recorded[files.MODULE_FILE].before is None  # ascend-env's: restore removes it
     assert recorded[OWN].before is not None  # pip's: restore puts back the RECORD without the rows
     assert cli(site, patches, "install", "--hook-only", "--json").stdout.count('"adopted"') == 0
 
@@ -144,15 +144,15 @@ def test_a_hook_only_install_after_a_lost_state_records_what_it_adopts(site, pat
 @pytest.mark.parametrize("state_lost", [False, True])
 def test_hook_files_removed_by_hand_with_their_bytecode_left_are_not_drift(site, patches, state_lost):
     assert cli(site, patches, "install", "--hook-only").returncode == 0
-    for name in hook.files():
+    for name in files.files():
         (site / name).unlink()
-    (pyc,) = hook.bytecode()
+    (pyc,) = files.bytecode()
     assert (site / pyc).is_file()
     if state_lost:
         lose_state(site)
     installed = cli(site, patches, "install", "--hook-only")
     assert installed.returncode == 0, installed.stderr
-    assert (site / pyc).read_bytes() == hook.bytecode()[pyc]
+    assert (site / pyc).read_bytes() == files.bytecode()[pyc]
     assert drift(site) == []
     status = cli(site, patches, "status")
     assert status.returncode == 0 and "drift" not in status.stdout, status.stdout

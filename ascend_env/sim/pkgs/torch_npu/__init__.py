@@ -12,6 +12,8 @@ from typing import Any, Iterable, NoReturn, Sequence
 
 import torch
 
+# Aliases here shape the namespace of a stand-in for torch_npu: ``_sim`` keeps ascend_env.sim private
+# (a public ``torch_npu.sim`` is no torch_npu name) ...
 from ascend_env import sim as _sim
 
 if _sim.enabled_table() is None:
@@ -21,6 +23,7 @@ if _sim.enabled_table() is None:
         "'python -m ascend_env audit --torch-npu RELEASE -- python SCRIPT'"
     )
 
+# ... and ascend_env.sim.device is torch_npu's public ``torch_npu.npu`` (``torch.npu``), not a ``device``.
 from ascend_env.sim import device as npu  # noqa: E402
 
 from ._fusion import npu_fusion_attention  # noqa: E402,F401
