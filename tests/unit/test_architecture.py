@@ -408,3 +408,92 @@ def test_a_name_missing_from_all_is_caught():
     ]
     exported = declared_all("patching/engine.py")
     assert "install" in exported and "_plan" not in exported
+
+
+# No import aliases: each ascend_env module (or name) is imported under its own name, so that a
+# name reads the same in every file. An alias stays only where it must, with the reason:
+ALIAS_ALLOWED = {
+    ("ascend_env/sim/pkgs/torch_npu/__init__.py", "ascend_env.sim", "_sim"):
+        "the simulated torch_npu's names are torch_npu's: ascend_env.sim stays private there",
+    ("ascend_env/sim/pkgs/torch_npu/__init__.py", "ascend_env.sim.device", "npu"):
+        "the simulated torch_npu's names are torch_npu's: ascend_env.sim.device is its torch_npu.npu",
+}
+ALIAS_PLACES = ("ascend_env", "tests", "tools", "bench")
+
+
+def aliases(relative: str, source: Optional[str] = None) -> List[Tuple[int, str, str]]:
+    """(line, dotted name, alias) of each ``import ascend_env.x as y``, ``from ascend_env.x import m
+    as y`` and relative import ``as y`` of ascend_env in ``relative`` (a path from the repository
+    root; ``source``: its text, else the file's), at module level or inside functions."""
+    text = (ROOT / relative).read_text(encoding="utf-8") if source is None else source
+    parts = relative[: -len(".py")].split("/")
+    package = parts[:-1]
+    found: List[Tuple[int, str, str]] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            named = [(alias.name, alias.asname) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - (node.level - 1)] + ([base] if base else []))
+            named = [(f"{base}.{alias.name}", alias.asname) for alias in node.names]
+        else:
+            continue
+        found += [
+            (node.lineno, name, asname)
+            for name, asname in named
+            if asname and (name == "ascend_env" or name.startswith("ascend_env."))
+        ]
+    return found
+
+
+def all_aliases() -> List[Tuple[str, int, str, str]]:
+    """(path, line, dotted name, alias) of every alias of ascend_env in the package, tests, tools, bench."""
+    paths = sorted(
+        p for place in ALIAS_PLACES for p in (ROOT / place).rglob("*.py") if "__pycache__" not in p.parts
+    )
+    return [
+        (path.relative_to(ROOT).as_posix(), *found)
+        for path in paths
+        for found in aliases(path.relative_to(ROOT).as_posix())
+    ]
+
+
+def test_no_module_of_ours_is_imported_under_another_name():
+    wrong = [
+        f"{path}:{line}: {name} as {asname}"
+        for path, line, name, asname in all_aliases()
+        if (path, name, asname) not in ALIAS_ALLOWED
+    ]
+    assert wrong == [], "import them under their own names, or allow the alias (with why) in ALIAS_ALLOWED"
+
+
+def test_each_allowed_alias_is_still_there_and_has_a_reason():
+    found = {(path, name, asname) for path, _, name, asname in all_aliases()}
+    for key, why in ALIAS_ALLOWED.items():
+        assert why and key in found, f"{key} is no longer imported so: drop it from ALIAS_ALLOWED"
+
+
+def test_a_planted_alias_is_caught():
+    # The check itself: each way to import ascend_env under another name is reported; imports under
+    # the own name, and aliases of other packages, are not.
+    planted = (
+        "import numpy as np\n"
+        "import ascend_env.hook.files as hook\n"
+        "from ascend_env.hook import files, runtime\n"
+        "from ascend_env.patching import store as journal, engine\n"
+        "def later():\n"
+        "    from ascend_env.detect.report import detect as run_detect\n"
+        "    from ..kernels import registry as fixes\n"
+        "    from . import cann as cann_mod\n"
+        "    import ascend_env as ae\n"
+    )
+    assert aliases("ascend_env/detect/report.py", planted) == [
+        (2, "ascend_env.hook.files", "hook"),
+        (4, "ascend_env.patching.store", "journal"),
+        (6, "ascend_env.detect.report.detect", "run_detect"),
+        (7, "ascend_env.kernels.registry", "fixes"),
+        (8, "ascend_env.detect.cann", "cann_mod"),
+        (9, "ascend_env", "ae"),
+    ]
+    assert aliases("tests/unit/test_x.py", "from . import helpers as h\n") == []
