@@ -79,14 +79,14 @@ WARN_OPS: Dict[str, frozenset[str]] = {
 }
 DEVICE = "npu"
 # The kernels the simulator registers whatever the table: kInfrastructure in sim/csrc/sim_backend.cpp
-# (tests/unit/test_paths_model.py reads it there).
+# (tests/unit/test_paths.py reads it there).
 INFRASTRUCTURE = frozenset({
     "is_pinned", "_pin_memory", "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
     "resize_", "as_strided", "set_.source_Storage_storage_offset", "set_.source_Storage",
     "set_.source_Tensor", "view", "_reshape_alias",
 })
 # What silences torch_npu's warnings, as warnings_silenced() in sim/csrc/sim_backend.cpp reads it
-# (tests/unit/test_paths_model.py reads it there): a RANK other than 0, a switch set to 1, a log level.
+# (tests/unit/test_paths.py reads it there): a RANK other than 0, a switch set to 1, a log level.
 RANK = "RANK"
 WARNING_SWITCHES = ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE")
 LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
