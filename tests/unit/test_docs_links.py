@@ -12,7 +12,7 @@ spec.loader.exec_module(check_links)
 
 README = ROOT / "README.md"
 # CI (.ci/run) runs this line of the README verbatim.
-TEST_COMMAND = 'pip install "tox>=4.20" && tox run -m test'
+TEST_COMMAND = 'pip install "tox>=4.20" && tox run-parallel -m test'
 PAGES = ["index", "detect", "install", "verify", "audit", "states", "patches", "hook", "simulator", "isin",
          "architecture", "reliability", "versions", "docker"]
 
