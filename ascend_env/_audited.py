@@ -57,8 +57,16 @@ if TYPE_CHECKING:
     #: dispatch-path model, how the hook heard of torch_npu, whether the process used the npu device).
     Extra = Callable[[], LastFacts]
 
-__all__ = ["POLL_SECONDS", "REPORTS", "Reporter", "current", "install", "start_from_environment", "to_json",
-           "write_json"]
+__all__ = [
+    "POLL_SECONDS",
+    "REPORTS",
+    "Reporter",
+    "current",
+    "install",
+    "start_from_environment",
+    "to_json",
+    "write_json",
+]
 
 #: Where each audited process writes its report: the audit's report directory.
 REPORTS = "ASCEND_ENV_AUDIT_REPORTS"
@@ -78,8 +86,14 @@ def _no_counts() -> Dict[str, int]:
 class Reporter:
     """One process's report file, kept up to date with ``counts()`` minus ``baseline``."""
 
-    def __init__(self, directory: Any, counts: Counts, table: Optional[str], origin: str,
-                 baseline: Optional[Mapping[str, int]] = None) -> None:
+    def __init__(
+        self,
+        directory: Any,
+        counts: Counts,
+        table: Optional[str],
+        origin: str,
+        baseline: Optional[Mapping[str, int]] = None,
+    ) -> None:
         self.directory = os.fspath(directory)
         self.counts = counts
         self.table = table
@@ -117,9 +131,16 @@ class Reporter:
             if end is None and not force and counts == self.written:
                 return
             data: ProcessReport = {
-                "pid": self.pid, "ppid": os.getppid(), "argv": list(sys.argv), "rank": os.environ.get("RANK"),
-                "origin": self.origin, "table": self.table, "fallbacks": counts, "end": end,
-                "torch": self.torch, "torch_npu": _torch_npu_kind(),
+                "pid": self.pid,
+                "ppid": os.getppid(),
+                "argv": list(sys.argv),
+                "rank": os.environ.get("RANK"),
+                "origin": self.origin,
+                "table": self.table,
+                "fallbacks": counts,
+                "end": end,
+                "torch": self.torch,
+                "torch_npu": _torch_npu_kind(),
             }
             if self.autoload is not None:
                 data["autoload"] = self.autoload
@@ -198,8 +219,9 @@ def install(directory: Any, counts: Counts, table: Optional[str], poll: bool = T
     if poll:
         _current.start_polling()
     atexit.register(_at_exit)
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )
     # Looked up on the os module at each call (multiprocessing's workers end in os._exit).
     os._exit = _exit  # type: ignore[assignment]
     os.execv = _execv  # type: ignore[assignment]
@@ -341,8 +363,9 @@ class _SimulatedTorchNpu:
     ``libhccl.so``).
     """
 
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
-                  target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None
+    ) -> Optional[ModuleSpec]:
         if fullname != "torch_npu":
             return None
         from importlib.machinery import PathFinder
@@ -415,7 +438,7 @@ def write_json(path: str, data: Any) -> None:
         try:
             view = memoryview(text)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(partial, path)

@@ -22,7 +22,13 @@ from ascend_env.output import write_json
 from ascend_env.utils import progress
 
 __all__ = [
-    "COMMANDS", "ENVIRONMENT", "EXIT_USAGE", "INTERRUPTED", "build_parser", "entry_point", "main",
+    "COMMANDS",
+    "ENVIRONMENT",
+    "EXIT_USAGE",
+    "INTERRUPTED",
+    "build_parser",
+    "entry_point",
+    "main",
     "version_text",
 ]
 
@@ -41,8 +47,11 @@ COMMANDS: Dict[str, str] = {
 #: The environment variables ascend-env reads, as ``--help`` lists them.
 ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
     ("ASCEND_ENV_SOC", "the Ascend SoC (910A, 910B, 310P, ...); default: what npu-smi info says"),
-    ("ASCEND_ENV_CACHE_DIR", "where the simulated NPU's C++ backend is built once (default: "
-     "$XDG_CACHE_HOME/ascend-env, else ~/.cache/ascend-env)"),
+    (
+        "ASCEND_ENV_CACHE_DIR",
+        "where the simulated NPU's C++ backend is built once (default: "
+        "$XDG_CACHE_HOME/ascend-env, else ~/.cache/ascend-env)",
+    ),
     ("ASCEND_ENV_COMPILE_GUARD", "0: the startup hook leaves torch_npu's compile mode alone"),
     ("ASCEND_ENV_DISABLE", "1: the startup hook does nothing in this process"),
     (progress.VARIABLE, "-1 quiet, 0 (default) or 1 verbose progress on stderr; -q and -v set it"),
@@ -109,10 +118,24 @@ class _CommandParser(_Parser):
 def _verbosity_options(parser: argparse.ArgumentParser, default: Any) -> None:
     """``-q`` and ``-v``, accepted before the command and after it."""
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=progress.QUIET,
-                       default=default, help="no progress lines on stderr")
-    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=progress.VERBOSE,
-                       default=default, help="more detail in the progress lines on stderr")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=progress.QUIET,
+        default=default,
+        help="no progress lines on stderr",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=progress.VERBOSE,
+        default=default,
+        help="more detail in the progress lines on stderr",
+    )
 
 
 def version_text() -> str:
@@ -125,10 +148,13 @@ def version_text() -> str:
 def _epilog() -> str:
     width = max(len(name) for name, _ in ENVIRONMENT)
     indent = " " * (width + 4)
-    lines = [textwrap.fill(text, 79, initial_indent=f"  {name:<{width}}  ", subsequent_indent=indent)
-             for name, text in ENVIRONMENT]
-    return ("'ascend-env help COMMAND' shows a command's options.\n\nenvironment variables:\n"
-            + "\n".join(lines))
+    lines = [
+        textwrap.fill(text, 79, initial_indent=f"  {name:<{width}}  ", subsequent_indent=indent)
+        for name, text in ENVIRONMENT
+    ]
+    return "'ascend-env help COMMAND' shows a command's options.\n\nenvironment variables:\n" + "\n".join(
+        lines
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,8 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=version_text(),
-                        help="show the version, where it runs from and on which Python, and exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_text(),
+        help="show the version, where it runs from and on which Python, and exit",
+    )
     _verbosity_options(parser, default=None)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name, summary in COMMANDS.items():
@@ -165,7 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser = build_parser()
         command, position = _command_word(arguments)
         if command == "help":
-            return _help(parser, arguments[position + 1:])
+            return _help(parser, arguments[position + 1 :])
         if command is not None and command not in COMMANDS:
             raise _unknown_command(command)
         args = parser.parse_args(arguments)

@@ -9,8 +9,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 __all__ = [
-    "REINSTALL_ASCEND_ENV", "AscendEnvError", "CheckFailed", "EnvironmentProblem", "HunkMismatch",
-    "PatchError", "UsageError", "reinstall", "reinstall_over",
+    "REINSTALL_ASCEND_ENV",
+    "AscendEnvError",
+    "CheckFailed",
+    "EnvironmentProblem",
+    "HunkMismatch",
+    "PatchError",
+    "UsageError",
+    "reinstall",
+    "reinstall_over",
 ]
 
 
@@ -91,7 +98,10 @@ class HunkMismatch(PatchError):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data.update(
-            path=self.path, hunk=self.hunk, line=self.line,
-            expected=list(self.expected), found=list(self.found),
+            path=self.path,
+            hunk=self.hunk,
+            line=self.line,
+            expected=list(self.expected),
+            found=list(self.found),
         )
         return data

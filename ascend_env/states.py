@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 __all__ = [
-    "APPLIED", "BROKEN", "HOOK_ONLY", "INSTALL", "NOT_APPLIED", "InstallWord", "State", "combine",
+    "APPLIED",
+    "BROKEN",
+    "HOOK_ONLY",
+    "INSTALL",
+    "NOT_APPLIED",
+    "InstallWord",
+    "State",
+    "combine",
     "install_word",
 ]
 
@@ -42,7 +49,11 @@ BROKEN = ("drifted", "partly applied", "conflict", "interrupted", "transformers 
 INSTALL = "ascend-env install"
 
 InstallWord = Literal[
-    "applied", "would apply", "already applied", "hook installed", "would install the hook",
+    "applied",
+    "would apply",
+    "already applied",
+    "hook installed",
+    "would install the hook",
     "hook already installed",
 ]
 
@@ -59,8 +70,13 @@ class State:
 
 
 def combine(
-    patches: str, code: int, hook_installed: bool, detail: Optional[str] = None, run: Optional[str] = None,
-    *, transformers: bool = True,
+    patches: str,
+    code: int,
+    hook_installed: bool,
+    detail: Optional[str] = None,
+    run: Optional[str] = None,
+    *,
+    transformers: bool = True,
 ) -> State:
     """The state from the patches' state (``patches``, its exit ``code``, ``detail`` and ``run``,
     as :func:`ascend_env.patching.engine.status` gives them), whether the hook's files are in, and
@@ -73,8 +89,13 @@ def combine(
         return State(APPLIED if patches == APPLIED else NOT_APPLIED, 1, _joined(detail, missing), run)
     if patches == APPLIED:
         return State(APPLIED, code, detail, run)
-    return State(HOOK_ONLY, 0, detail or "transformers' files are not patched; the startup hook registers "
-                 "an NPU isin where torch_npu has none")
+    return State(
+        HOOK_ONLY,
+        0,
+        detail
+        or "transformers' files are not patched; the startup hook registers "
+        "an NPU isin where torch_npu has none",
+    )
 
 
 def install_word(patched: bool, changed: bool, dry_run: bool) -> InstallWord:

@@ -57,15 +57,24 @@ def environments(reports: str) -> Dict[str, Dict[str, str]]:
     plain = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}
     if "ASCEND_ENV_CACHE_DIR" in os.environ:  # where the simulator's library was built
         plain["ASCEND_ENV_CACHE_DIR"] = os.environ["ASCEND_ENV_CACHE_DIR"]
-    audited = dict(plain, PYTHONPATH=f"{SHIM}{os.pathsep}{ROOT}", ASCEND_ENV_AUDIT_REPORTS=reports,
-                   ASCEND_ENV_AUDIT_TORCH_NPU="2.1.0.post6", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    audited = dict(
+        plain,
+        PYTHONPATH=f"{SHIM}{os.pathsep}{ROOT}",
+        ASCEND_ENV_AUDIT_REPORTS=reports,
+        ASCEND_ENV_AUDIT_TORCH_NPU="2.1.0.post6",
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
     return {"plain": plain, "audited": audited}
 
 
 def bench(python: str, codes: List[str], runs: int) -> List[Dict[str, Any]]:
     """The rows of one interpreter."""
-    version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], check=True,
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version.split()[0])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     kinds = [(code, env) for code in codes for env in ("plain", "audited")]
     samples: Dict[Tuple[str, str], List[Tuple[float, float]]] = {kind: [] for kind in kinds}
     reports = tempfile.mkdtemp(prefix="ascend-env-bench-")
@@ -74,7 +83,7 @@ def bench(python: str, codes: List[str], runs: int) -> List[Dict[str, Any]]:
         for code, env in kinds:  # warm the page cache and the bytecode
             start_once(python, code, envs[env])
         for round_ in range(runs):
-            for code, env in kinds[round_ % len(kinds):] + kinds[: round_ % len(kinds)]:
+            for code, env in kinds[round_ % len(kinds) :] + kinds[: round_ % len(kinds)]:
                 samples[code, env].append(start_once(python, code, envs[env]))
             for name in os.listdir(reports):
                 os.unlink(os.path.join(reports, name))
@@ -87,15 +96,20 @@ def bench(python: str, codes: List[str], runs: int) -> List[Dict[str, Any]]:
         for index, name in ((0, "wall"), (1, "cpu")):
             row[name + "_ms"] = statistics.median(v[index] for v in values) * 1e3
             row[name + "_ratio"] = statistics.median(
-                v[index] / b[index] for v, b in zip(values, base) if b[index] > 0)
+                v[index] / b[index] for v, b in zip(values, base) if b[index] > 0
+            )
         rows.append(row)
     return rows
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", action="append", metavar="PATH",
-                        help="an interpreter to time (repeatable; default: this one)")
+    parser.add_argument(
+        "--python",
+        action="append",
+        metavar="PATH",
+        help="an interpreter to time (repeatable; default: this one)",
+    )
     parser.add_argument("--runs", type=int, default=200, help="starts of each kind")
     parser.add_argument("--torch", action="store_true", help="also time 'import torch' plain and audited")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
@@ -109,11 +123,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows.append(row)
             print(audit_startup_row(row))
     if args.json is not None:
-        write(args.json, {
-            "bench": "audit_startup", "schema": 1,
-            "command": "python bench/audit_startup.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "runs": args.runs, "rows": rows,
-        })
+        write(
+            args.json,
+            {
+                "bench": "audit_startup",
+                "schema": 1,
+                "command": "python bench/audit_startup.py "
+                + " ".join(sys.argv[1:] if argv is None else argv),
+                "runs": args.runs,
+                "rows": rows,
+            },
+        )
     return 0
 
 

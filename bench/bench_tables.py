@@ -59,12 +59,17 @@ def startup_row(row: Dict[str, Any]) -> str:
 
 def audit_startup_row(row: Dict[str, Any]) -> str:
     """One kind of start of ``bench/audit_startup.py`` as a table row."""
-    return (f"| {row['python']} | `python {row['command']}` | {row['environment']} | {row['wall_ms']:.1f} ms "
-            f"| {row['wall_ratio']:.2f} | {row['cpu_ms']:.1f} ms | {row['cpu_ratio']:.2f} |")
+    return (
+        f"| {row['python']} | `python {row['command']}` | {row['environment']} | {row['wall_ms']:.1f} ms "
+        f"| {row['wall_ratio']:.2f} | {row['cpu_ms']:.1f} ms | {row['cpu_ratio']:.2f} |"
+    )
 
 
-RENDERERS = {"isin": (ISIN_HEADER, isin_row), "startup": (STARTUP_HEADER, startup_row),
-             "audit_startup": (AUDIT_STARTUP_HEADER, audit_startup_row)}
+RENDERERS = {
+    "isin": (ISIN_HEADER, isin_row),
+    "startup": (STARTUP_HEADER, startup_row),
+    "audit_startup": (AUDIT_STARTUP_HEADER, audit_startup_row),
+}
 
 
 def render(document: Dict[str, Any]) -> str:

@@ -197,15 +197,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows.append(row)
         print(isin_row(row), flush=True)
     if args.json is not None:
-        write(args.json, {
-            "bench": "isin",
-            "schema": 1,
-            "command": "python bench/isin.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "torch": torch.__version__,
-            "threads": args.threads,
-            "machine": f"{platform.machine()}, {platform.processor() or 'unknown processor'}",
-            "rows": rows,
-        })
+        write(
+            args.json,
+            {
+                "bench": "isin",
+                "schema": 1,
+                "command": "python bench/isin.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                "torch": torch.__version__,
+                "threads": args.threads,
+                "machine": f"{platform.machine()}, {platform.processor() or 'unknown processor'}",
+                "rows": rows,
+            },
+        )
     return 0
 
 

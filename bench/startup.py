@@ -101,7 +101,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="starts of each environment")
     parser.add_argument("--floor", action="store_true", help="also time a .pth that imports an empty module")
     parser.add_argument(
-        "--no-bytecode", action="store_true",
+        "--no-bytecode",
+        action="store_true",
         help="start with PYTHONDONTWRITEBYTECODE=1, as images do, and also time the hook without its .pyc",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
@@ -143,15 +144,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows.append(row)
         print(startup_row(row))
     if args.json is not None:
-        write(args.json, {
-            "bench": "startup",
-            "schema": 1,
-            "command": "python bench/startup.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "python": sys.version.split()[0],
-            "runs": args.runs,
-            "no_bytecode": args.no_bytecode,
-            "rows": rows,
-        })
+        write(
+            args.json,
+            {
+                "bench": "startup",
+                "schema": 1,
+                "command": "python bench/startup.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                "python": sys.version.split()[0],
+                "runs": args.runs,
+                "no_bytecode": args.no_bytecode,
+                "rows": rows,
+            },
+        )
     return 0
 
 

@@ -47,9 +47,19 @@ STRATEGIES: Dict[str, Dict[str, Any]] = {
 
 # DeepSeek's multi-head latent attention and routed experts, small.
 _MLA: Dict[str, Any] = {
-    "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-    "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
-    "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "num_key_value_heads": 4,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 8,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "num_key_value_heads": 4,
 }
 
 # name -> (category, model_type, config overrides on top of the shrunken defaults, model class).
@@ -72,39 +82,112 @@ ARCHITECTURES: Dict[str, Tuple[str, str, Dict[str, Any], str]] = {
     "starcoder2": ("decoder-only", "starcoder2", {}, "causal"),
     "qwen3": ("decoder-only", "qwen3", {"head_dim": 8}, "causal"),
     "gemma3_text": ("decoder-only", "gemma3_text", {"head_dim": 8}, "causal"),
-    "llama4_text": ("decoder-only", "llama4_text", {"head_dim": 8, "intermediate_size_mlp": 64,
-                                                    "num_local_experts": 4, "num_experts_per_tok": 1,
-                                                    "attention_chunk_size": 16}, "causal"),
+    "llama4_text": (
+        "decoder-only",
+        "llama4_text",
+        {
+            "head_dim": 8,
+            "intermediate_size_mlp": 64,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+            "attention_chunk_size": 16,
+        },
+        "causal",
+    ),
     "mixtral": ("MoE", "mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}, "causal"),
-    "qwen2_moe": ("MoE", "qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2,
-                                       "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32},
-                  "causal"),
-    "qwen3_moe": ("MoE", "qwen3_moe", {"num_experts": 4, "num_experts_per_tok": 2, "head_dim": 8,
-                                       "moe_intermediate_size": 32}, "causal"),
+    "qwen2_moe": (
+        "MoE",
+        "qwen2_moe",
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 32,
+        },
+        "causal",
+    ),
+    "qwen3_moe": (
+        "MoE",
+        "qwen3_moe",
+        {"num_experts": 4, "num_experts_per_tok": 2, "head_dim": 8, "moe_intermediate_size": 32},
+        "causal",
+    ),
     "deepseek_v2": ("MoE", "deepseek_v2", dict(_MLA), "causal"),
     "deepseek_v3": ("MoE", "deepseek_v3", dict(_MLA), "causal"),
     "granitemoe": ("MoE", "granitemoe", {"num_local_experts": 4, "num_experts_per_tok": 2}, "causal"),
     "mamba": ("state-space", "mamba", {"state_size": 4, "expand": 2, "conv_kernel": 4}, "causal"),
-    "mamba2": ("state-space", "mamba2", {"state_size": 4, "expand": 2, "conv_kernel": 4, "num_heads": 8,
-                                         "head_dim": 8, "n_groups": 1, "chunk_size": 16}, "causal"),
-    "jamba": ("hybrid", "jamba", {"num_experts": 2, "num_experts_per_tok": 1, "mamba_d_state": 4,
-                                  "attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2,
-                                  "expert_layer_offset": 1, "use_mamba_kernels": False}, "causal"),
-    "t5": ("encoder-decoder", "t5", {"d_kv": 8, "num_decoder_layers": 2, "decoder_start_token_id": PAD},
-           "seq2seq"),
-    "bart": ("encoder-decoder", "bart", {"decoder_start_token_id": 2, "forced_eos_token_id": None},
-             "seq2seq"),
-    "whisper": ("speech", "whisper", {"num_mel_bins": 8, "max_source_positions": 16,
-                                      "max_target_positions": 64, "decoder_start_token_id": 1,
-                                      "begin_suppress_tokens": None, "suppress_tokens": None}, "speech"),
+    "mamba2": (
+        "state-space",
+        "mamba2",
+        {
+            "state_size": 4,
+            "expand": 2,
+            "conv_kernel": 4,
+            "num_heads": 8,
+            "head_dim": 8,
+            "n_groups": 1,
+            "chunk_size": 16,
+        },
+        "causal",
+    ),
+    "jamba": (
+        "hybrid",
+        "jamba",
+        {
+            "num_experts": 2,
+            "num_experts_per_tok": 1,
+            "mamba_d_state": 4,
+            "attn_layer_period": 2,
+            "attn_layer_offset": 1,
+            "expert_layer_period": 2,
+            "expert_layer_offset": 1,
+            "use_mamba_kernels": False,
+        },
+        "causal",
+    ),
+    "t5": (
+        "encoder-decoder",
+        "t5",
+        {"d_kv": 8, "num_decoder_layers": 2, "decoder_start_token_id": PAD},
+        "seq2seq",
+    ),
+    "bart": (
+        "encoder-decoder",
+        "bart",
+        {"decoder_start_token_id": 2, "forced_eos_token_id": None},
+        "seq2seq",
+    ),
+    "whisper": (
+        "speech",
+        "whisper",
+        {
+            "num_mel_bins": 8,
+            "max_source_positions": 16,
+            "max_target_positions": 64,
+            "decoder_start_token_id": 1,
+            "begin_suppress_tokens": None,
+            "suppress_tokens": None,
+        },
+        "speech",
+    ),
     # A llama decoder over a CLIP vision tower: sub-configs are (model_type, overrides) pairs,
     # shrunken the same way; 16-pixel images in 8-pixel patches give IMAGE_TOKENS features.
-    "llava": ("vision-language", "llava", {
-        "text_config": ("llama", {}),
-        "vision_config": ("clip_vision_model", {"image_size": 16, "patch_size": 8, "projection_dim": 32,
-                                                "num_channels": 3}),
-        "image_token_index": 90, "image_seq_length": 4, "vision_feature_layer": -1,
-        "projector_hidden_act": "gelu"}, "vision"),
+    "llava": (
+        "vision-language",
+        "llava",
+        {
+            "text_config": ("llama", {}),
+            "vision_config": (
+                "clip_vision_model",
+                {"image_size": 16, "patch_size": 8, "projection_dim": 32, "num_channels": 3},
+            ),
+            "image_token_index": 90,
+            "image_seq_length": 4,
+            "vision_feature_layer": -1,
+            "projector_hidden_act": "gelu",
+        },
+        "vision",
+    ),
 }
 
 # The llava image's placeholder token. The prompt holds it once per patch feature where the config
@@ -114,12 +197,33 @@ IMAGE_TOKEN = 90
 
 # Shrunken defaults, applied where the config has the attribute.
 _SMALL: Dict[str, Any] = {
-    "vocab_size": VOCAB, "hidden_size": 32, "d_model": 32, "n_embd": 32, "num_hidden_layers": 2,
-    "n_layer": 2, "num_layers": 2, "encoder_layers": 2, "decoder_layers": 2, "num_attention_heads": 4,
-    "n_head": 4, "num_heads": 4, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64,
-    "decoder_ffn_dim": 64, "d_ff": 64, "n_inner": 64, "max_position_embeddings": 64, "n_positions": 64,
-    "bos_token_id": 1, "eos_token_id": EOS[0], "pad_token_id": PAD, "sliding_window": 32,
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "d_model": 32,
+    "n_embd": 32,
+    "num_hidden_layers": 2,
+    "n_layer": 2,
+    "num_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "num_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "ffn_dim": 64,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "d_ff": 64,
+    "n_inner": 64,
+    "max_position_embeddings": 64,
+    "n_positions": 64,
+    "bos_token_id": 1,
+    "eos_token_id": EOS[0],
+    "pad_token_id": PAD,
+    "sliding_window": 32,
     "tie_word_embeddings": False,
 }
 
@@ -147,8 +251,12 @@ def build(name: str) -> Any:
     config = _config(model_type, overrides)
     # AutoModelForImageTextToText came in transformers 4.46; AutoModelForVision2Seq before it.
     vision = getattr(tf, "AutoModelForImageTextToText", None) or tf.AutoModelForVision2Seq
-    auto = {"causal": tf.AutoModelForCausalLM, "seq2seq": tf.AutoModelForSeq2SeqLM,
-            "speech": tf.AutoModelForSpeechSeq2Seq, "vision": vision}[kind]
+    auto = {
+        "causal": tf.AutoModelForCausalLM,
+        "seq2seq": tf.AutoModelForSeq2SeqLM,
+        "speech": tf.AutoModelForSpeechSeq2Seq,
+        "vision": vision,
+    }[kind]
     torch.manual_seed(0)
     return auto.from_config(config).eval()
 
@@ -216,8 +324,13 @@ def _error(exc: BaseException) -> Dict[str, str]:
 def run_architecture(name: str, strategies: List[str], npu: bool) -> Dict[str, Any]:
     """One architecture: every strategy on the CPU, then (``npu``) on the simulated NPU."""
     category, model_type = ARCHITECTURES[name][:2]
-    result: Dict[str, Any] = {"category": category, "model_type": model_type, "error": None,
-                              "strategies": {}, "fallbacks": {}}
+    result: Dict[str, Any] = {
+        "category": category,
+        "model_type": model_type,
+        "error": None,
+        "strategies": {},
+        "fallbacks": {},
+    }
     devices = ["cpu", "npu"] if npu else ["cpu"]
     for device in devices:
         # A fresh model per device (the same weights): a CPU run may leave state on the model
@@ -256,8 +369,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     table = sim.enabled_table()
     strategies = [s for s in args.strategies.split(",") if s]
-    results: Dict[str, Any] = {"transformers": transformers.__version__, "torch": torch.__version__,
-                               "table": table, "architectures": {}}
+    results: Dict[str, Any] = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "table": table,
+        "architectures": {},
+    }
     for name in [a for a in args.archs.split(",") if a]:
         results["architectures"][name] = run_architecture(name, strategies, npu=table is not None)
         print(f"coverage: {name} done", file=sys.stderr, flush=True)

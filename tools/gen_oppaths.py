@@ -50,8 +50,7 @@ STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 def show(repo: Path, commit: str, path: str) -> Optional[str]:
@@ -97,7 +96,7 @@ def versions_in(spec: object, all_versions: List[str]) -> Set[str]:
         if len(items) == 2 and all(i in all_versions or i == "newest" for i in items):
             first = all_versions.index(items[0])
             last = len(all_versions) - 1 if items[1] == "newest" else all_versions.index(items[1])
-            return set(all_versions[first:last + 1])
+            return set(all_versions[first : last + 1])
         return set(items)
     text = str(spec).strip()
     if text == "all_version":
@@ -114,8 +113,11 @@ def read_yaml(op_plugin: Path, commit: str, release: str) -> Tuple[str, Set[str]
     major, minor = torch_key(release)
     gencode = show(op_plugin, commit, "gencode.sh") or ""
     per_version = "$PYTORCH_VERSION_DIR/op_plugin_functions.yaml" in gencode
-    path = f"op_plugin/config/v{major}r{minor}/op_plugin_functions.yaml" if per_version else \
-        "op_plugin/config/op_plugin_functions.yaml"
+    path = (
+        f"op_plugin/config/v{major}r{minor}/op_plugin_functions.yaml"
+        if per_version
+        else "op_plugin/config/op_plugin_functions.yaml"
+    )
     text = show(op_plugin, commit, path)
     if text is None:
         raise SystemExit(f"op-plugin {commit} has no {path}")
@@ -146,8 +148,11 @@ def read_warnings(op_plugin: Path, commit: str, release: str) -> List[dict]:
     """Each ``TORCH_NPU_WARN_ONCE`` of the four 64-bit warnings: file, path, line, text, and whether
     it sits in the overload that takes a Scalar ``other`` (NeKernelNpu.cpp has one of each)."""
     major, minor = torch_key(release)
-    paths = [p for p in git(op_plugin, "ls-tree", "-r", "--name-only", commit, "op_plugin/ops").split()
-             if "aclops/" in p and p.rsplit("/", 1)[-1] in WARN_FILES]
+    paths = [
+        p
+        for p in git(op_plugin, "ls-tree", "-r", "--name-only", commit, "op_plugin/ops").split()
+        if "aclops/" in p and p.rsplit("/", 1)[-1] in WARN_FILES
+    ]
     found = []
     for name in WARN_FILES:
         candidates = [p for p in paths if p.endswith("/" + name)]
@@ -159,7 +164,7 @@ def read_warnings(op_plugin: Path, commit: str, release: str) -> List[dict]:
                 if "TORCH_NPU_WARN_ONCE(" not in line:
                     continue
                 text = []
-                for follow in lines[index:index + 6]:
+                for follow in lines[index : index + 6]:
                     text += [s.encode().decode("unicode_escape") for s in STRING.findall(follow)]
                     if ");" in follow:
                         break
@@ -167,10 +172,15 @@ def read_warnings(op_plugin: Path, commit: str, release: str) -> List[dict]:
                 while head > 0 and "nocheck(" not in lines[head] and not re.match(r"^\S.*\(", lines[head]):
                     head -= 1
                 signature = " ".join(lines[head:index])
-                found.append({
-                    "file": name, "path": path, "line": index + 1, "text": "".join(text),
-                    "scalar_other": bool(re.search(r"Scalar\s*&?\s*other", signature)),
-                })
+                found.append(
+                    {
+                        "file": name,
+                        "path": path,
+                        "line": index + 1,
+                        "text": "".join(text),
+                        "scalar_other": bool(re.search(r"Scalar\s*&?\s*other", signature)),
+                    }
+                )
     return found
 
 
@@ -207,23 +217,33 @@ def build(pytorch: Path, op_plugin: Path, releases: Iterable[str]) -> List[dict]
         if release in commits:
             tag, commit = commits[release]
             path, op_api, acl_op = read_yaml(op_plugin, commit, release)
-            record = {"version": release, "pytorch_tag": tag, "op_plugin_commit": commit, "yaml": path,
-                      "warnings": read_warnings(op_plugin, commit, release),
-                      "op_api": sorted(op_api), "acl_op": sorted(acl_op)}
+            record = {
+                "version": release,
+                "pytorch_tag": tag,
+                "op_plugin_commit": commit,
+                "yaml": path,
+                "warnings": read_warnings(op_plugin, commit, release),
+                "op_api": sorted(op_api),
+                "acl_op": sorted(acl_op),
+            }
         else:
-            earlier = [r for r in by_version if torch_key(r) == torch_key(release) and
-                       Version(r) < Version(release)]
+            earlier = [
+                r for r in by_version if torch_key(r) == torch_key(release) and Version(r) < Version(release)
+            ]
             if not earlier:
                 torch_version = ".".join(map(str, torch_key(release)))
-                raise SystemExit(f"torch_npu {release}: no Ascend/pytorch tag, no earlier torch "
-                                 f"{torch_version} release")
+                raise SystemExit(
+                    f"torch_npu {release}: no Ascend/pytorch tag, no earlier torch {torch_version} release"
+                )
             source = by_version[max(earlier, key=Version)]
             record = {**source, "version": release, "same_as": source.get("same_as", source["version"])}
         by_version[release] = record
         records.append(record)
-        print(f"{release}: {len(record['op_api'])} op_api, {len(record['acl_op'])} acl_op, "
-              f"{len(record['warnings'])} warnings, {record.get('same_as') or record['op_plugin_commit']}",
-              flush=True)
+        print(
+            f"{release}: {len(record['op_api'])} op_api, {len(record['acl_op'])} acl_op, "
+            f"{len(record['warnings'])} warnings, {record.get('same_as') or record['op_plugin_commit']}",
+            flush=True,
+        )
     return records
 
 

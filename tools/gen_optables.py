@@ -110,7 +110,7 @@ def _contains(archive: zipfile.ZipFile, name: str, needle: bytes) -> bool:
                 return False
             if needle in tail + chunk:
                 return True
-            tail = chunk[-len(needle):]
+            tail = chunk[-len(needle) :]
 
 
 def encode(tables: Dict[str, dict]) -> dict:
@@ -139,7 +139,9 @@ def decode(document: dict) -> Dict[str, dict]:
     for record in document["releases"]:
         ops = (ops - set(record["removed"])) | set(record["added"])
         tables[record["version"]] = {
-            "ops": sorted(ops), "wheel": record["wheel"], "fallback_disable": record["fallback_disable"],
+            "ops": sorted(ops),
+            "wheel": record["wheel"],
+            "fallback_disable": record["fallback_disable"],
         }
     return tables
 
@@ -163,8 +165,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             wheel = existing[0] if existing else download(version, where)
             ops, fallback_disable = read_wheel(wheel)
         tables[version] = {"ops": sorted(ops), "wheel": wheel.name, "fallback_disable": fallback_disable}
-        print(f"{version}: {len(ops)} ops, isin.Tensor_Tensor_out={'isin.Tensor_Tensor_out' in ops}, "
-              f"fallback_disable={fallback_disable}", flush=True)
+        print(
+            f"{version}: {len(ops)} ops, isin.Tensor_Tensor_out={'isin.Tensor_Tensor_out' in ops}, "
+            f"fallback_disable={fallback_disable}",
+            flush=True,
+        )
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(encode(tables), indent=0) + "\n", encoding="utf-8")
     return 0

@@ -30,12 +30,17 @@ sys.path.insert(0, {str(ROOT / "tests" / "torch")!r})
 from conftest import CASES, MODELS, generate, tiny_model
 """
 # Prints the CPU tokens of every (model, case) as JSON.
-ON_CPU = PRELUDE + """
+ON_CPU = (
+    PRELUDE
+    + """
 print(json.dumps({f"{kind} {case}": generate(tiny_model(kind), "cpu", case).tolist()
                   for kind in MODELS for case in CASES}))
 """
+)
 # Generates on the NPU and exits non-zero if any tokens differ from the CPU ones (argv[1]).
-ON_NPU = PRELUDE + """
+ON_NPU = (
+    PRELUDE
+    + """
 expected = json.loads(sys.argv[1])
 for kind in MODELS:
     model = tiny_model(kind)
@@ -43,6 +48,7 @@ for kind in MODELS:
         if generate(model, "npu", case).tolist() != expected[f"{kind} {case}"]:
             sys.exit(f"{kind} {case}: the NPU tokens differ from the CPU ones")
 """
+)
 
 
 def cpu_tokens() -> str:
@@ -51,8 +57,20 @@ def cpu_tokens() -> str:
 
 
 def audit(version: str, expected: str) -> dict:
-    command = [sys.executable, "-m", "ascend_env", "audit", "--json", "--torch-npu", version,
-               "--", sys.executable, "-c", ON_NPU, expected]
+    command = [
+        sys.executable,
+        "-m",
+        "ascend_env",
+        "audit",
+        "--json",
+        "--torch-npu",
+        version,
+        "--",
+        sys.executable,
+        "-c",
+        ON_NPU,
+        expected,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT))
     report = json.loads(done.stdout)
     if report.get("returncode", 1) != 0 or report.get("errors"):

@@ -21,8 +21,10 @@ from packaging.version import InvalidVersion, Version
 
 def main(argv: List[str]) -> int:
     if len(argv) != 1:
-        print("usage: python tools/matrix_run.py VERSION (one transformers release, e.g. 4.44.2)",
-              file=sys.stderr)
+        print(
+            "usage: python tools/matrix_run.py VERSION (one transformers release, e.g. 4.44.2)",
+            file=sys.stderr,
+        )
         return 2
     try:
         version = str(Version(argv[0]))

@@ -46,8 +46,14 @@ _FLAG_WHY = {
 }
 
 
-def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Optional[float] = None,
-        soc: Optional[str] = None, paths: bool = False, stdout: supervise.Output = None) -> Findings:
+def run(
+    command: Sequence[str],
+    torch_npu: Optional[str] = None,
+    timeout: Optional[float] = None,
+    soc: Optional[str] = None,
+    paths: bool = False,
+    stdout: supervise.Output = None,
+) -> Findings:
     """Run ``command`` on the simulated NPU and return the audit's findings
     (:func:`ascend_env.checks.findings.findings_from`).
 
@@ -80,12 +86,25 @@ def run(command: Sequence[str], torch_npu: Optional[str] = None, timeout: Option
         else:
             env.pop(ascend_env.sim.paths.ENV, None)
         try:
-            supervised = supervise.supervise(command, env, scratch, _audited.REPORTS, timeout, stdout,
-                                             lambda: process_reports.reported_pids(scratch))
+            supervised = supervise.supervise(
+                command,
+                env,
+                scratch,
+                _audited.REPORTS,
+                timeout,
+                stdout,
+                lambda: process_reports.reported_pids(scratch),
+            )
         except supervise.NotStarted as exc:
             raise UsageError(f"{exc}.", "check the command after '--'") from None
-        outcome = Outcome(supervised.pid, supervised.returncode, timeout, supervised.timed_out,
-                          supervised.stopped, _unaudited(supervised.tree, scratch))
+        outcome = Outcome(
+            supervised.pid,
+            supervised.returncode,
+            timeout,
+            supervised.timed_out,
+            supervised.stopped,
+            _unaudited(supervised.tree, scratch),
+        )
         reports = process_reports.read_reports(scratch)
     finally:
         _remove(scratch)
@@ -106,8 +125,10 @@ def _check_arguments(command: Sequence[str], timeout: Optional[float]) -> None:
             "put it after '--', e.g. ascend-env audit --torch-npu 2.1.0.post6 -- python my_script.py",
         )
     if timeout is not None and not timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, not {timeout:g}.",
-                         "give the seconds the command may run, e.g. --timeout 600")
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, not {timeout:g}.",
+            "give the seconds the command may run, e.g. --timeout 600",
+        )
 
 
 def _make_scratch() -> Path:
@@ -129,7 +150,7 @@ def remove_stale_scratch(directory: Optional[str] = None) -> List[str]:
     for entry in entries:
         if not entry.name.startswith(SCRATCH_PREFIX):
             continue
-        words = entry.name[len(SCRATCH_PREFIX):].split("-")
+        words = entry.name[len(SCRATCH_PREFIX) :].split("-")
         if len(words) < 3 or not words[0].isdigit() or not words[1].isdigit():
             continue  # not named by this release: whose it is cannot be told
         try:
@@ -185,5 +206,6 @@ def unaudited_reason(member: proctree.Member) -> str:
         path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
         if sim.shim_path() not in path:
             return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"
-    return ("it wrote no report (it ended as it started, or its Python could not run the audit's "
-            "sitecustomize)")
+    return (
+        "it wrote no report (it ended as it started, or its Python could not run the audit's sitecustomize)"
+    )

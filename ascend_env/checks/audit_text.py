@@ -31,8 +31,11 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
     else 0."""
     if findings["errors"]:
         count = len(findings["errors"])
-        return Verdict(2, "audit error: the simulated NPU could not start in "
-                          f"{plural(count, 'process', 'es')}: {findings['errors'][0]}")
+        return Verdict(
+            2,
+            "audit error: the simulated NPU could not start in "
+            f"{plural(count, 'process', 'es')}: {findings['errors'][0]}",
+        )
     causes: List[str] = []
     fixes: List[str] = []
     fallbacks = findings["fallbacks"]
@@ -42,11 +45,15 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         fixes.append(_fallback_fix(fallbacks))
     if findings["unaudited"]:
         causes.append(f"{plural(len(findings['unaudited']), 'Python process', 'es')} ran unaudited")
-        fixes.append("let every Python of the command run the audit's sitecustomize: no -I, -E or -S, "
-                     "and add to PYTHONPATH rather than replace it")
+        fixes.append(
+            "let every Python of the command run the audit's sitecustomize: no -I, -E or -S, "
+            "and add to PYTHONPATH rather than replace it"
+        )
     if findings["without_torch_npu"]:
-        causes.append(f"{plural(len(findings['without_torch_npu']), 'process', 'es')} used the npu device "
-                      "without importing torch_npu")
+        causes.append(
+            f"{plural(len(findings['without_torch_npu']), 'process', 'es')} used the npu device "
+            "without importing torch_npu"
+        )
         fixes.append("add `import torch_npu` before the script uses the npu device")
     if findings["bad_reports"]:
         causes.append(f"{plural(len(findings['bad_reports']), 'report')} could not be read")
@@ -64,8 +71,11 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
             fixes.append(paths_report.fix_line(findings["paths"], failing))
     release = findings["table"].split(" ", 1)[0]
     if not causes:
-        return Verdict(0, f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
-                          f"{plural(findings['processes'], 'audited Python process', 'es')}")
+        return Verdict(
+            0,
+            f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
+            f"{plural(findings['processes'], 'audited Python process', 'es')}",
+        )
     return Verdict(1, f"audit failed on torch_npu {release}: {'; '.join(causes)}; fix: {fixes[0]}")
 
 
@@ -74,10 +84,14 @@ def _fallback_fix(fallbacks: Mapping[str, int]) -> str:
 
     registered = {fix.qualified_name for fix in FIXES}
     if all(name in registered for name in fallbacks):
-        return ("run python -m ascend_env install (its startup hook registers an NPU kernel for them), "
-                "then audit again")
-    return ("no NPU kernel in this release: keep these ops out of the decoding loop, or move to a torch_npu "
-            "that has them (--torch-npu NEWER shows which)")
+        return (
+            "run python -m ascend_env install (its startup hook registers an NPU kernel for them), "
+            "then audit again"
+        )
+    return (
+        "no NPU kernel in this release: keep these ops out of the decoding loop, or move to a torch_npu "
+        "that has them (--torch-npu NEWER shows which)"
+    )
 
 
 def exit_code(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> int:
@@ -112,8 +126,10 @@ def header(findings: Mapping[str, Any]) -> str:
     """The report's first line: the table, and why it was chosen where the audit chose it."""
     line = f"audit: torch_npu {findings['table']} op table on the simulated NPU"
     if findings.get("table_chosen") == "oldest":
-        line += (" (no --torch-npu and no torch_npu installed: the oldest known release, which lacks the "
-                 f"kernels the affected releases lack; --torch-npu {AFFECTED} runs each of them)")
+        line += (
+            " (no --torch-npu and no torch_npu installed: the oldest known release, which lacks the "
+            f"kernels the affected releases lack; --torch-npu {AFFECTED} runs each of them)"
+        )
     return line
 
 
@@ -127,8 +143,10 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
     elif findings["returncode"] != 0:
         lines.append(f"the command exited {findings['returncode']}")
     if findings.get("stopped") and not findings.get("timed_out"):
-        lines.append(f"audit stopped {plural(findings['stopped'], 'process', 'es')} "
-                     "still running after the command ended")
+        lines.append(
+            f"audit stopped {plural(findings['stopped'], 'process', 'es')} "
+            "still running after the command ended"
+        )
     for error in findings["errors"][1:]:
         lines.append(f"the simulated NPU could not start in one process: {error}")
     per_process = findings.get("per_process", [])
@@ -171,8 +189,10 @@ def _unaudited_text(findings: Findings) -> List[str]:
     unaudited = findings["unaudited"]
     if not unaudited:
         return []
-    lines = [f"{plural(len(unaudited), 'Python process', 'es')} ran outside the simulator (unaudited: "
-             "what fell back there is not counted):"]
+    lines = [
+        f"{plural(len(unaudited), 'Python process', 'es')} ran outside the simulator (unaudited: "
+        "what fell back there is not counted):"
+    ]
     lines += [f"  {_who(u)}: {u['why']}" for u in unaudited[:_LISTED]]
     if len(unaudited) > _LISTED:
         lines.append(f"  ... and {len(unaudited) - _LISTED} more (--json lists them all)")
@@ -185,14 +205,18 @@ def _without_torch_npu_text(findings: Findings) -> List[str]:
         return []
     release = findings["table"].split(" ", 1)[0]
     lines = [f"{plural(len(pids), 'Python process', 'es')} used the npu device without importing torch_npu:"]
-    lines += [f"  {_who(p)}: on torch_npu {release} this script fails on a real NPU: add `import torch_npu` "
-              "(torch_npu loads itself with import torch only from 2.5.1, on torch 2.5 or later)"
-              for p in findings["per_process"] if p["pid"] in pids][:_LISTED]
+    lines += [
+        f"  {_who(p)}: on torch_npu {release} this script fails on a real NPU: add `import torch_npu` "
+        "(torch_npu loads itself with import torch only from 2.5.1, on torch 2.5 or later)"
+        for p in findings["per_process"]
+        if p["pid"] in pids
+    ][:_LISTED]
     return lines
 
 
-def combined_verdict(results: Sequence[Tuple[str, Union[Findings, Exception]]],
-                     fail_on: Sequence[str]) -> Verdict:
+def combined_verdict(
+    results: Sequence[Tuple[str, Union[Findings, Exception]]], fail_on: Sequence[str]
+) -> Verdict:
     """The verdict over several releases' runs: the worst exit code, each failing release named."""
     codes = []
     failed = []
@@ -208,5 +232,8 @@ def combined_verdict(results: Sequence[Tuple[str, Union[Findings, Exception]]],
     code = max(codes) if codes else 0
     if not failed:
         return Verdict(0, f"audit passed on all {len(results)} releases: {', '.join(r for r, _ in results)}")
-    return Verdict(code, f"audit failed on {len(failed)} of {len(results)} releases: {', '.join(failed)} "
-                         "(each release's last line above says why)")
+    return Verdict(
+        code,
+        f"audit failed on {len(failed)} of {len(results)} releases: {', '.join(failed)} "
+        "(each release's last line above says why)",
+    )

@@ -14,8 +14,15 @@ from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.sim.reports import ProcessReport
 
 __all__ = [
-    "Ending", "Findings", "Outcome", "ProcessFindings", "Unaudited", "describe_exit", "findings_from",
-    "plural", "process_ending",
+    "Ending",
+    "Findings",
+    "Outcome",
+    "ProcessFindings",
+    "Unaudited",
+    "describe_exit",
+    "findings_from",
+    "plural",
+    "process_ending",
 ]
 
 
@@ -49,8 +56,15 @@ class Outcome:
     """How the command ran: its pid and exit status, whether it timed out, what audit had to stop,
     and the Python processes of its tree that ran unaudited."""
 
-    def __init__(self, pid: int, returncode: int, timeout: Optional[float] = None, timed_out: bool = False,
-                 stopped: int = 0, unaudited: Sequence[Unaudited] = ()) -> None:
+    def __init__(
+        self,
+        pid: int,
+        returncode: int,
+        timeout: Optional[float] = None,
+        timed_out: bool = False,
+        stopped: int = 0,
+        unaudited: Sequence[Unaudited] = (),
+    ) -> None:
         self.pid = pid
         self.returncode = returncode
         self.timeout = timeout
@@ -145,8 +159,12 @@ class Findings(_Findings, total=False):
 
 
 def findings_from(
-    label: str, command: Sequence[str], outcome: Outcome, reports: Sequence[ProcessReport],
-    bad_reports: Sequence[str] = (), chosen: str = "given",
+    label: str,
+    command: Sequence[str],
+    outcome: Outcome,
+    reports: Sequence[ProcessReport],
+    bad_reports: Sequence[str] = (),
+    chosen: str = "given",
 ) -> Findings:
     """The audit's findings from the command's outcome and its processes' reports.
 
@@ -156,12 +174,17 @@ def findings_from(
     audited = [r for r in reports if "unaudited" not in r]
     unaudited = list(outcome.unaudited) + [
         {"pid": int(r["pid"]), "argv": list(r.get("argv") or []), "why": str(r["unaudited"])}
-        for r in reports if "unaudited" in r]
+        for r in reports
+        if "unaudited" in r
+    ]
     errors = [str(report["error"]) for report in audited if "error" in report]
     simulated = any(r.get("torch", True) for r in audited)
     if not (simulated or errors or unaudited or bad_reports or outcome.timed_out):
-        seen = (f"{plural(len(audited), 'Python process', 'es')} ran, and none imported torch" if audited
-                else "no Python process reported")
+        seen = (
+            f"{plural(len(audited), 'Python process', 'es')} ran, and none imported torch"
+            if audited
+            else "no Python process reported"
+        )
         raise EnvironmentProblem(
             "no Python process of the command ran on the simulated NPU, so nothing was audited "
             f"(the command {outcome.ended()}): {seen}; a Python process runs on the simulator once it "
@@ -200,11 +223,18 @@ def _without_torch_npu(process: ProcessFindings) -> bool:
 def _process_findings(report: ProcessReport, outcome: Outcome) -> ProcessFindings:
     ending = process_ending(report, outcome)
     return {
-        "pid": report.get("pid"), "ppid": report.get("ppid"), "argv": report.get("argv"),
-        "rank": report.get("rank"), "origin": report.get("origin"),
+        "pid": report.get("pid"),
+        "ppid": report.get("ppid"),
+        "argv": report.get("argv"),
+        "rank": report.get("rank"),
+        "origin": report.get("origin"),
         "fallbacks": {str(k): int(v) for k, v in dict(report.get("fallbacks") or {}).items()},
-        "is_command": report.get("pid") == outcome.pid, "ended": ending.ended, "abnormal": ending.abnormal,
-        "torch": bool(report.get("torch", True)), "torch_npu": report.get("torch_npu"),
-        "npu_used": report.get("npu_used"), "autoload": report.get("autoload"),
+        "is_command": report.get("pid") == outcome.pid,
+        "ended": ending.ended,
+        "abnormal": ending.abnormal,
+        "torch": bool(report.get("torch", True)),
+        "torch_npu": report.get("torch_npu"),
+        "npu_used": report.get("npu_used"),
+        "autoload": report.get("autoload"),
         "hook_events": report.get("hook_events"),
     }

@@ -17,9 +17,24 @@ from ascend_env.sim.paths import STEADY_FROM, most_first
 from ascend_env.sim.reports import Counts, GuardRecord, ProcessReport, Span, Steady, Warning64Record
 
 __all__ = [
-    "FAIL_ON", "MACHINE_SOC_ENV", "AfterLastStep", "GuardSummary", "PathsSummary", "ProcessWarning",
-    "RunSummary", "SocChoice", "StepSummary", "choose_soc", "failing", "failing_text", "fix_line",
-    "format_text", "guard_text", "parse_fail_on", "socs_family", "summarize",
+    "FAIL_ON",
+    "MACHINE_SOC_ENV",
+    "AfterLastStep",
+    "GuardSummary",
+    "PathsSummary",
+    "ProcessWarning",
+    "RunSummary",
+    "SocChoice",
+    "StepSummary",
+    "choose_soc",
+    "failing",
+    "failing_text",
+    "fix_line",
+    "format_text",
+    "guard_text",
+    "parse_fail_on",
+    "socs_family",
+    "summarize",
 ]
 
 FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit")
@@ -107,14 +122,18 @@ def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
     if bad or not chosen:
         raise UsageError(
             f"--fail-on {text!r}: unknown finding{'s' if len(bad) != 1 else ''} {', '.join(map(repr, bad))}."
-            if bad else "--fail-on needs at least one finding.",
+            if bad
+            else "--fail-on needs at least one finding.",
             "use a comma-separated list of " + ", ".join(FAIL_ON) + " (e.g. --fail-on fallbacks,compiles)",
         )
     return chosen
 
 
-def choose_soc(soc: Optional[str], environ: Optional[Mapping[str, str]] = None,
-               npu_smi: Optional[Callable[[], str]] = None) -> SocChoice:
+def choose_soc(
+    soc: Optional[str],
+    environ: Optional[Mapping[str, str]] = None,
+    npu_smi: Optional[Callable[[], str]] = None,
+) -> SocChoice:
     """The SoC to simulate: ``--soc``, else the machine's (``$ASCEND_ENV_SOC``, else ``npu-smi
     info`` as ``detect`` and the compile-mode guard read it; ``npu_smi`` stands in for running it),
     else :data:`ascend_env.sim.compile_mode.DEFAULT_SOC`, assumed. An unknown name raises
@@ -154,34 +173,51 @@ def summarize(reports: Sequence[ProcessReport], soc: Optional[SocChoice] = None)
         warnings += [{**w, "pid": report["pid"]} for w in data.get("warnings_64bit", [])]
         for run in data.get("generate", []):
             after = run["after"]
-            runs.append({"pid": report["pid"], "site": run.get("site"), "mode": run.get("mode"),
-                         "steps": [_step(step, index) for index, step in enumerate(run["steps"])],
-                         "steady": run["steady"],
-                         "after_last_step": {"would_compile": after["would_compile"],
-                                             "host_syncs": after["host_syncs"],
-                                             "warnings_64bit": after["warnings_64bit"]}})
+            runs.append(
+                {
+                    "pid": report["pid"],
+                    "site": run.get("site"),
+                    "mode": run.get("mode"),
+                    "steps": [_step(step, index) for index, step in enumerate(run["steps"])],
+                    "steady": run["steady"],
+                    "after_last_step": {
+                        "would_compile": after["would_compile"],
+                        "host_syncs": after["host_syncs"],
+                        "warnings_64bit": after["warnings_64bit"],
+                    },
+                }
+            )
     first = processes[0]["paths"] if processes else None
     return {
         "soc": soc["name"] if soc else first.get("soc") if first else None,
         "soc_assumed": soc["assumed"] if soc else first.get("soc_assumed") if first else None,
         "jit_compile_at_exit": first.get("jit_compile") if first else None,
         "op_paths": first.get("op_paths") if first else None,
-        "op_paths_source": first.get("op_paths_source") if first else None, "steady_from": STEADY_FROM,
+        "op_paths_source": first.get("op_paths_source") if first else None,
+        "steady_from": STEADY_FROM,
         "processes": len(processes),
         "would_compile": sum(by_op.values()),
         "host_syncs": sum(syncs_by_op.values()),
-        "would_compile_by_op": most_first(by_op), "would_compile_by_site": most_first(by_site),
-        "host_syncs_by_op": most_first(syncs_by_op), "host_syncs_by_site": most_first(syncs_by_site),
-        "warnings_64bit": warnings, "generate": runs,
+        "would_compile_by_op": most_first(by_op),
+        "would_compile_by_site": most_first(by_site),
+        "host_syncs_by_op": most_first(syncs_by_op),
+        "host_syncs_by_site": most_first(syncs_by_site),
+        "warnings_64bit": warnings,
+        "generate": runs,
         "errors": [e for r in processes for e in r["paths"].get("errors", [])],
         "compile_guard": _guards(processes),
     }
 
 
 def _step(step: Counts, index: int) -> StepSummary:
-    return {"would_compile": step["would_compile"], "host_syncs": step["host_syncs"],
-            "warnings_64bit": step["warnings_64bit"], "would_compile_by_op": step["would_compile_by_op"],
-            "host_syncs_by_site": step["host_syncs_by_site"], "step": index}
+    return {
+        "would_compile": step["would_compile"],
+        "host_syncs": step["host_syncs"],
+        "warnings_64bit": step["warnings_64bit"],
+        "would_compile_by_op": step["would_compile_by_op"],
+        "host_syncs_by_site": step["host_syncs_by_site"],
+        "step": index,
+    }
 
 
 def _guards(processes: Sequence[ProcessReport]) -> List[GuardSummary]:
@@ -223,8 +259,10 @@ def failing_text(summary: PathsSummary, failing: List[str]) -> str:
     words = []
     where = "in the steady state of generate()" if any(r["steady"] for r in summary["generate"]) else "in all"
     if "compiles" in failing:
-        words.append(f"{_steady_count(summary, 'would_compile')} would-be online compiles {where} "
-                     f"on {summary['soc']} (--fail-on compiles)")
+        words.append(
+            f"{_steady_count(summary, 'would_compile')} would-be online compiles {where} "
+            f"on {summary['soc']} (--fail-on compiles)"
+        )
     if "syncs" in failing:
         words.append(f"{_steady_count(summary, 'host_syncs')} host syncs {where} (--fail-on syncs)")
     if "64bit" in failing:
@@ -242,8 +280,10 @@ def guard_text(guard: GuardRecord) -> str:
         return f"failed: {guard.get('error')}"
     reason = str(guard.get("reason") or "")
     if reason.startswith("no binary kernels"):
-        return (f"did not act: this machine has {reason} (the guard reads this machine's CANN, not the "
-                "simulated SoC's)")
+        return (
+            f"did not act: this machine has {reason} (the guard reads this machine's CANN, not the "
+            "simulated SoC's)"
+        )
     return f"did not act: {reason}"
 
 
@@ -256,24 +296,36 @@ def fix_line(summary: PathsSummary, failing: List[str]) -> str:
         family = socs_family(soc)
         reason = str(guard.get("reason") or "")
         if guard.get("applied"):
-            return ("the guard turned JIT compile off and the code turned it back on: drop that "
-                    "torch_npu.npu.set_compile_mode(jit_compile=True) call")
+            return (
+                "the guard turned JIT compile off and the code turned it back on: drop that "
+                "torch_npu.npu.set_compile_mode(jit_compile=True) call"
+            )
         if not guard.get("ran") and "not installed" in str(guard.get("why")):
-            return ("run: python -m ascend_env install (its startup hook turns JIT compile off where the "
-                    "binary kernels are installed)")
+            return (
+                "run: python -m ascend_env install (its startup hook turns JIT compile off where the "
+                "binary kernels are installed)"
+            )
         if not guard.get("ran") and "never imported" in str(guard.get("why")):
             return "import torch_npu in the script (the startup hook's guard runs when torch_npu is imported)"
         if reason.startswith("no binary kernels"):
-            return (f"on the {soc} machine, install the binary kernels (Ascend-cann-kernels-{family}): the "
-                    "startup hook then turns JIT compile off; to model that here, point ASCEND_TOOLKIT_HOME "
-                    "at a toolkit that has them")
+            return (
+                f"on the {soc} machine, install the binary kernels (Ascend-cann-kernels-{family}): the "
+                "startup hook then turns JIT compile off; to model that here, point ASCEND_TOOLKIT_HOME "
+                "at a toolkit that has them"
+            )
         if reason.startswith("turned off"):
-            return ("run python -m ascend_env install without --no-compile-guard, with "
-                    "ASCEND_ENV_COMPILE_GUARD unset")
-        return ("call torch_npu.npu.set_compile_mode(jit_compile=False) where the binary kernels are "
-                "installed, or let the startup hook do it (python -m ascend_env install)")
-    return ("read the host syncs by call site above: move each device-to-host read (item(), .cpu(), "
-            "if tensor:) out of the decoding loop")
+            return (
+                "run python -m ascend_env install without --no-compile-guard, with "
+                "ASCEND_ENV_COMPILE_GUARD unset"
+            )
+        return (
+            "call torch_npu.npu.set_compile_mode(jit_compile=False) where the binary kernels are "
+            "installed, or let the startup hook do it (python -m ascend_env install)"
+        )
+    return (
+        "read the host syncs by call site above: move each device-to-host read (item(), .cpu(), "
+        "if tensor:) out of the decoding loop"
+    )
 
 
 def socs_family(soc: str) -> str:
@@ -296,19 +348,23 @@ def format_text(summary: PathsSummary, limit: int = 8) -> List[str]:
         f"hardware measurement), {summary['host_syncs']} host syncs",
     ]
     for warning in summary["warnings_64bit"]:
-        lines.append(f"  64-bit warning {warning['file']}:{warning['line']} ({warning['op']}, "
-                     f"{warning['count']}x, first at {warning['site']})"
-                     f"{'' if warning['printed'] else ' [silenced]'}")
+        lines.append(
+            f"  64-bit warning {warning['file']}:{warning['line']} ({warning['op']}, "
+            f"{warning['count']}x, first at {warning['site']})"
+            f"{'' if warning['printed'] else ' [silenced]'}"
+        )
     titles = collections.Counter((r["pid"], r.get("site"), r.get("mode")) for r in summary["generate"])
     seen: collections.Counter[Tuple[int, Optional[str], Optional[str]]] = collections.Counter()
     for run in summary["generate"]:
         same = (run["pid"], run.get("site"), run.get("mode"))
         seen[same] += 1
         lines += _format_run(run, f", call {seen[same]} of {titles[same]}" if titles[same] > 1 else "")
-    tables = (("would compile by op", summary["would_compile_by_op"]),
-              ("host syncs by op", summary["host_syncs_by_op"]),
-              ("host syncs by call site", summary["host_syncs_by_site"]),
-              ("would compile by call site", summary["would_compile_by_site"]))
+    tables = (
+        ("would compile by op", summary["would_compile_by_op"]),
+        ("host syncs by op", summary["host_syncs_by_op"]),
+        ("host syncs by call site", summary["host_syncs_by_site"]),
+        ("would compile by call site", summary["would_compile_by_site"]),
+    )
     for title, counts in tables:
         items = list(counts.items())
         if not items:
@@ -338,16 +394,25 @@ def _span(counts: Span) -> str:
 def _format_run(run: RunSummary, call: str = "") -> List[str]:
     steps = run["steps"]
     mode = run.get("mode") or "decoding mode unknown"
-    lines = [f"  generate() at {run.get('site') or '<unknown>'} ({mode}, pid {run['pid']}{call}): "
-             f"{len(steps)} steps (steady state from step {STEADY_FROM})",
-             "    step     would compile  host syncs  64-bit"]
+    lines = [
+        f"  generate() at {run.get('site') or '<unknown>'} ({mode}, pid {run['pid']}{call}): "
+        f"{len(steps)} steps (steady state from step {STEADY_FROM})",
+        "    step     would compile  host syncs  64-bit",
+    ]
     index = 0
     while index < len(steps):
         row = (steps[index]["would_compile"], steps[index]["host_syncs"], steps[index]["warnings_64bit"])
         end = index
-        while index >= STEADY_FROM and end + 1 < len(steps) and (
-                steps[end + 1]["would_compile"], steps[end + 1]["host_syncs"],
-                steps[end + 1]["warnings_64bit"]) == row:
+        while (
+            index >= STEADY_FROM
+            and end + 1 < len(steps)
+            and (
+                steps[end + 1]["would_compile"],
+                steps[end + 1]["host_syncs"],
+                steps[end + 1]["warnings_64bit"],
+            )
+            == row
+        ):
             end += 1
         label = str(index) if end == index else f"{index}-{end}"
         each = "" if end == index else " each"
@@ -357,13 +422,23 @@ def _format_run(run: RunSummary, call: str = "") -> List[str]:
     if steady:
         compiles = steady["would_compile"]
         syncs = steady["host_syncs"]
-        lines.append(f"    steady state (steps {STEADY_FROM}-{len(steps) - 1}): "
-                     f"{_span(compiles)} would compile and {_span(syncs)} host syncs per step")
+        lines.append(
+            f"    steady state (steps {STEADY_FROM}-{len(steps) - 1}): "
+            f"{_span(compiles)} would compile and {_span(syncs)} host syncs per step"
+        )
         last = steps[-1]
         if last["host_syncs_by_site"]:
-            lines.append("    host syncs of step " + str(len(steps) - 1) + ": " + ", ".join(
-                f"{site} ({count})" for site, count in last["host_syncs_by_site"].items()))
+            lines.append(
+                "    host syncs of step "
+                + str(len(steps) - 1)
+                + ": "
+                + ", ".join(f"{site} ({count})" for site, count in last["host_syncs_by_site"].items())
+            )
         if last["would_compile_by_op"]:
-            lines.append("    would compile in step " + str(len(steps) - 1) + ": " + ", ".join(
-                f"{op} ({count})" for op, count in last["would_compile_by_op"].items()))
+            lines.append(
+                "    would compile in step "
+                + str(len(steps) - 1)
+                + ": "
+                + ", ".join(f"{op} ({count})" for op, count in last["would_compile_by_op"].items())
+            )
     return lines

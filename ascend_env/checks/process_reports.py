@@ -91,7 +91,8 @@ def _report_problem(value: Any) -> Optional[str]:
             return f"has a {key} that is not true or false"
     fallbacks = value.get("fallbacks", {})
     if not isinstance(fallbacks, dict) or not all(
-            isinstance(k, str) and _is_int(v) and v >= 0 for k, v in fallbacks.items()):
+        isinstance(k, str) and _is_int(v) and v >= 0 for k, v in fallbacks.items()
+    ):
         return "has fallbacks that are not counts by op"
     end = value.get("end")
     if end is not None and not isinstance(end, dict):

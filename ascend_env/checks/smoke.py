@@ -49,8 +49,19 @@ from ascend_env.checks.smoke_report import (
 from ascend_env.utils import atomic, progress
 
 __all__ = [
-    "DEVICES", "FALLBACK_DISABLE", "GENERATE_OPTIONS", "IMPORTS", "PROMPT", "SILENCERS", "STEPS",
-    "import_torch_npu", "installation", "main", "run", "silencers", "tiny_llama",
+    "DEVICES",
+    "FALLBACK_DISABLE",
+    "GENERATE_OPTIONS",
+    "IMPORTS",
+    "PROMPT",
+    "SILENCERS",
+    "STEPS",
+    "import_torch_npu",
+    "installation",
+    "main",
+    "run",
+    "silencers",
+    "tiny_llama",
 ]
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
@@ -102,8 +113,12 @@ def installation() -> Installation:
         report = engine.status(site, search_sys_path=True)
         verdict = report.verdict
         found["patches"] = {
-            "status": verdict.status, "code": report.code, "transformers": report.transformers,
-            "detail": verdict.detail, "drift": verdict.drift or [], "run": verdict.run,
+            "status": verdict.status,
+            "code": report.code,
+            "transformers": report.transformers,
+            "detail": verdict.detail,
+            "drift": verdict.drift or [],
+            "run": verdict.run,
             "files": {item.path: item.status for item in report.files},
         }
     except AscendEnvError as exc:
@@ -180,9 +195,11 @@ def _start_npu(order: str) -> Backend:
         raise RuntimeError("torch_npu imported, but no NPU device answered (torch.npu.is_available())")
     torch.empty(1, device="npu:0")
     return {
-        "kind": "npu", "release": getattr(torch_npu, "__version__", release),
+        "kind": "npu",
+        "release": getattr(torch_npu, "__version__", release),
         "name": str(torch.npu.get_device_name(0)),  # type: ignore[attr-defined]
-        "fallback_disable": in_force, "imports": imports,
+        "fallback_disable": in_force,
+        "imports": imports,
     }
 
 
@@ -199,8 +216,14 @@ def _start_simulator(torch_npu: Optional[str], order: str) -> Backend:
         honoured = optables.has_fallback_disable(table.env[startup.TORCH_NPU])
     in_force = _keep_fallback_disable(honoured)
     startup.enable(table.env)
-    return {"kind": "simulator", "release": table.label, "name": "simulated NPU",
-            "fallback_disable": in_force, "imports": import_torch_npu(order), "chosen": table.chosen}
+    return {
+        "kind": "simulator",
+        "release": table.label,
+        "name": "simulated NPU",
+        "fallback_disable": in_force,
+        "imports": import_torch_npu(order),
+        "chosen": table.chosen,
+    }
 
 
 def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
@@ -281,8 +304,16 @@ def tiny_llama() -> Any:
     import transformers
 
     config = transformers.LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).eval()
@@ -308,8 +339,12 @@ def _check_generate(torch: Any, device: str) -> StepResult:
         error = f"the tokens are on {got.device}, not {device}"
     elif not torch.equal(got.cpu(), expected):
         error = f"the tokens {got.cpu().tolist()} differ from the CPU's {expected.tolist()}"
-    return {"ok": error is None, "error": error, "tokens": expected.tolist(),
-            "transformers": transformers.__version__}
+    return {
+        "ok": error is None,
+        "error": error,
+        "tokens": expected.tolist(),
+        "transformers": transformers.__version__,
+    }
 
 
 def _start_paths(backend: Backend) -> Optional[str]:
@@ -341,20 +376,33 @@ def _compile_record(torch: Any, backend: Backend, unmodelled: Optional[str]) -> 
 
         check = getattr(getattr(torch_npu, "npu", None), "is_jit_compile_false", None)
         name = str(torch.npu.get_device_name(0))
-        return {"soc": socs.lookup(name) or name, "soc_known": socs.lookup(name) is not None,
-                "jit_compile": None if check is None else not check(), "guard": guard}
+        return {
+            "soc": socs.lookup(name) or name,
+            "soc_known": socs.lookup(name) is not None,
+            "jit_compile": None if check is None else not check(),
+            "guard": guard,
+        }
     from ascend_env.sim import compile_mode, paths
 
-    record: CompileRecord = {"soc": compile_mode.soc(), "soc_known": True,
-                              "soc_assumed": compile_mode.soc_assumed(),
-                              "jit_compile": compile_mode.jit_compile(), "guard": guard}
+    record: CompileRecord = {
+        "soc": compile_mode.soc(),
+        "soc_known": True,
+        "soc_assumed": compile_mode.soc_assumed(),
+        "jit_compile": compile_mode.jit_compile(),
+        "guard": guard,
+    }
     found = paths.report()
     if found is None:
         record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
         return record
     steady, by_op = paths.steady_compiles(found)
-    record.update({"steady_from": paths.STEADY_FROM, "steady_would_compile": steady,
-                   "steady_would_compile_by_op": by_op})
+    record.update(
+        {
+            "steady_from": paths.STEADY_FROM,
+            "steady_would_compile": steady,
+            "steady_would_compile_by_op": by_op,
+        }
+    )
     return record
 
 
@@ -373,15 +421,19 @@ def _reset(kind: str) -> None:
         sim.reset()
 
 
-def run(report: SmokeReport, device: str, torch_npu: Optional[str], steps: Sequence[str],
-        order: str = IMPORTS[0]) -> None:
+def run(
+    report: SmokeReport, device: str, torch_npu: Optional[str], steps: Sequence[str], order: str = IMPORTS[0]
+) -> None:
     """Fill ``report``; see the module docstring for its keys. Without ``steps``, only the backend
     starts and the hook's record is taken (a process that checks one import order)."""
     report["silencers"] = silencers(os.environ)
     if steps:
         report["installation"] = installation()
-    with progress.step(f"smoke test: starting the device ({device}: import torch, then torch_npu or "
-                       f"the simulated NPU, through {order})", verbose=True):
+    with progress.step(
+        f"smoke test: starting the device ({device}: import torch, then torch_npu or "
+        f"the simulated NPU, through {order})",
+        verbose=True,
+    ):
         backend = _start_backend(report, device, torch_npu, order)
     if backend is None:
         return
@@ -440,14 +492,19 @@ def _run_step(torch: Any, backend: Backend, step: str) -> StepResult:
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ascend_env.checks.smoke",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ascend_env.checks.smoke", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--torch-npu", metavar="VERSION", help="the simulated torch_npu release")
     parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated: " + ", ".join(STEPS))
-    parser.add_argument("--imports", choices=IMPORTS, default=IMPORTS[0],
-                        help="how to reach torch_npu: transformers' or accelerate's check, or directly")
+    parser.add_argument(
+        "--imports",
+        choices=IMPORTS,
+        default=IMPORTS[0],
+        help="how to reach torch_npu: transformers' or accelerate's check, or directly",
+    )
     return parser.parse_args(argv)
 
 
@@ -465,8 +522,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ascend_env.exceptions import AscendEnvError
 
         report["error"] = {
-            "type": type(exc).__name__, "problem": getattr(exc, "problem", str(exc)),
-            "fix": getattr(exc, "fix", None), "environment": isinstance(exc, AscendEnvError),
+            "type": type(exc).__name__,
+            "problem": getattr(exc, "problem", str(exc)),
+            "fix": getattr(exc, "fix", None),
+            "environment": isinstance(exc, AscendEnvError),
         }
     report["warnings"] = [
         {"category": w.category.__name__, "message": str(w.message), "where": f"{w.filename}:{w.lineno}"}

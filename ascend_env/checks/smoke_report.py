@@ -16,8 +16,16 @@ if TYPE_CHECKING:
     from ascend_env.hook.runtime import HookStatus
 
 __all__ = [
-    "Backend", "CompileRecord", "Imports", "Installation", "OverloadResult", "Patches", "SmokeError",
-    "SmokeReport", "StepResult", "WarningRecord",
+    "Backend",
+    "CompileRecord",
+    "Imports",
+    "Installation",
+    "OverloadResult",
+    "Patches",
+    "SmokeError",
+    "SmokeReport",
+    "StepResult",
+    "WarningRecord",
 ]
 
 

@@ -45,8 +45,10 @@ def releases_asked(value: Optional[str]) -> List[Optional[str]]:
         found = affected_releases() if part.lower() == AFFECTED else [optables.canonical(part)]
         chosen += [release for release in found if release not in chosen]
     if not chosen:
-        raise UsageError(f"--torch-npu {value!r} names no release.",
-                         f"name one or more, e.g. --torch-npu 2.1.0.post6,2.2.0, or --torch-npu {AFFECTED}")
+        raise UsageError(
+            f"--torch-npu {value!r} names no release.",
+            f"name one or more, e.g. --torch-npu 2.1.0.post6,2.2.0, or --torch-npu {AFFECTED}",
+        )
     return chosen
 
 
@@ -95,8 +97,11 @@ def choose_table(torch_npu: Optional[str]) -> Table:
         except UsageError:
             disable = False
         label = f"{version} (installed, {package})"
-        env = {startup.OPLISTS: str(package), startup.LABEL: label,
-               startup.FALLBACK_DISABLE: "1" if disable else "0"}
+        env = {
+            startup.OPLISTS: str(package),
+            startup.LABEL: label,
+            startup.FALLBACK_DISABLE: "1" if disable else "0",
+        }
         return Table(label, "installed", _installed_autoloads(), env)
     version = optables.releases()[0]
     return Table(version, "oldest", _autoloads(version), {startup.TORCH_NPU: version})
@@ -119,8 +124,9 @@ def _installed_autoloads() -> bool:
     return any(point.group == "torch.backends" for point in points)
 
 
-def audited_environment(table: Table, reports: Path,
-                        base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def audited_environment(
+    table: Table, reports: Path, base: Optional[Mapping[str, str]] = None
+) -> Dict[str, str]:
     """``base`` (default: this process's environment) set up for a command audited on ``table``,
     each of its Python processes reporting to the directory ``reports``."""
     env = dict(os.environ if base is None else base)

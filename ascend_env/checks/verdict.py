@@ -27,8 +27,19 @@ if TYPE_CHECKING:
     from ascend_env.hook.runtime import HookStatus
 
 __all__ = [
-    "BROKEN_PATCH_STATES", "IMPORT_WORDS", "LOW_PERFORMANCE_64BIT", "SCHEMA", "Check", "Device", "Fallback",
-    "Smoke", "VerifyResult", "fallback_lines", "import_paths", "judge", "refused_ops",
+    "BROKEN_PATCH_STATES",
+    "IMPORT_WORDS",
+    "LOW_PERFORMANCE_64BIT",
+    "SCHEMA",
+    "Check",
+    "Device",
+    "Fallback",
+    "Smoke",
+    "VerifyResult",
+    "fallback_lines",
+    "import_paths",
+    "judge",
+    "refused_ops",
 ]
 
 # Patch states that mean generation may fall back again (``install.status``'s words).
@@ -142,20 +153,28 @@ class VerifyResult:
 
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {
-            "ok": self.ok, "schema": SCHEMA, "device": self.device, "device_name": self.device_name,
-            "release": self.release, "simulator_reason": self.simulator_reason, "strict": self.strict,
-            "fallback_disable": self.fallback_disable, "processes": self.processes,
+            "ok": self.ok,
+            "schema": SCHEMA,
+            "device": self.device,
+            "device_name": self.device_name,
+            "release": self.release,
+            "simulator_reason": self.simulator_reason,
+            "strict": self.strict,
+            "fallback_disable": self.fallback_disable,
+            "processes": self.processes,
             "checks": [check.to_dict() for check in self.checks],
             "fallbacks": {op: item.to_dict() for op, item in self.fallbacks.items()},
-            "findings": list(self.findings), "installation": self.installation, "hook": self.hook,
-            "import_paths": list(self.import_paths), "warnings": list(self.warnings),
+            "findings": list(self.findings),
+            "installation": self.installation,
+            "hook": self.hook,
+            "import_paths": list(self.import_paths),
+            "warnings": list(self.warnings),
         }
         if self.python is not None:
             data["python"] = self.python
         if self.seconds is not None:
             data["seconds"] = self.seconds
         return data
-
 
 
 _FIX_INSTALL = "python -m ascend_env install (patches and the startup hook), then verify again"
@@ -194,8 +213,9 @@ def _silenced_lines(runs: Sequence[Smoke]) -> List[str]:
     missing = []
     for smoke in runs:
         steps = smoke.report.get("steps", {}).values()  # a refused fallback prints no line
-        counted = {op for result in steps if not result.get("fallback_disable")
-                   for op in result.get("fallbacks", {})}
+        counted = {
+            op for result in steps if not result.get("fallback_disable") for op in result.get("fallbacks", {})
+        }
         seen = set(fallback_lines(smoke.stderr))
         missing.extend(sorted(counted - seen))
     return list(dict.fromkeys(missing))
@@ -228,10 +248,13 @@ def _process_checks(smoke: Smoke) -> List[Check]:
     checks = []
     if not smoke.report:
         tail = "\n".join(smoke.stderr.strip().splitlines()[-5:]) or "no output"
-        checks.append(Check.failed(
-            "smoke test", f"the smoke test process exited {smoke.returncode} without a report: {tail}",
-            "run it by hand: python -m ascend_env.checks.smoke --report /tmp/report.json",
-        ))
+        checks.append(
+            Check.failed(
+                "smoke test",
+                f"the smoke test process exited {smoke.returncode} without a report: {tail}",
+                "run it by hand: python -m ascend_env.checks.smoke --report /tmp/report.json",
+            )
+        )
     elif "error" in smoke.report:
         error = smoke.report["error"]
         checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
@@ -247,15 +270,24 @@ def _device_check(report: SmokeReport) -> Check:
     error = str(report["device_error"])
     evidence = report.get("npu_machine")
     if evidence is None:
-        return Check.failed("device", f"npu:0 did not start: {error}",
-                            "check the NPU with npu-smi info, or run verify --device sim")
+        return Check.failed(
+            "device",
+            f"npu:0 did not start: {error}",
+            "check the NPU with npu-smi info, or run verify --device sim",
+        )
     detail = f"this machine has an NPU ({evidence}), but torch_npu did not start: {error}"
     if ".so" in error or "libhccl" in error or "libascend" in error:
-        return Check.failed("device", detail + " (CANN's libraries are not on the library path)",
-                            str(report.get("cann") or "source CANN's set_env.sh, then verify again"))
-    return Check.failed("device", detail,
-                        "check the NPU with npu-smi info and torch_npu with: python -c 'import torch_npu'; "
-                        "verify --device sim checks the rest on the simulator")
+        return Check.failed(
+            "device",
+            detail + " (CANN's libraries are not on the library path)",
+            str(report.get("cann") or "source CANN's set_env.sh, then verify again"),
+        )
+    return Check.failed(
+        "device",
+        detail,
+        "check the NPU with npu-smi info and torch_npu with: python -c 'import torch_npu'; "
+        "verify --device sim checks the rest on the simulator",
+    )
 
 
 def _torch_check(error: str) -> Check:
@@ -265,11 +297,16 @@ def _torch_check(error: str) -> Check:
 
         extra = shlex.quote(f"{origin.source() or origin.PLACEHOLDER}[sim]")
         return Check.failed(
-            "torch", "torch is not installed in that Python, so the simulated NPU cannot start",
+            "torch",
+            "torch is not installed in that Python, so the simulated NPU cannot start",
             f"install the torch your torch_npu pins; on a machine with only Python, the sim extra: "
-            f"pip install {extra}; then verify again")
-    return Check.failed("torch", f"import torch failed: {error}",
-                        "reinstall torch in that Python, then check: python -c 'import torch'")
+            f"pip install {extra}; then verify again",
+        )
+    return Check.failed(
+        "torch",
+        f"import torch failed: {error}",
+        "reinstall torch in that Python, then check: python -c 'import torch'",
+    )
 
 
 def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
@@ -282,12 +319,16 @@ def _step_check(name: str, runs: Sequence[Smoke]) -> Optional[Check]:
         wrong = [f"{op}: {r['error']}" for op, r in result["overloads"].items() if not r["ok"]]
         if wrong:
             return Check.failed(name, "; ".join(wrong), _FIX_INSTALL)
-        return Check.passed(name, f"all {len(result['overloads'])} overloads (out= included) ran on npu:0 "
-                                  "and match the CPU")
+        return Check.passed(
+            name, f"all {len(result['overloads'])} overloads (out= included) ran on npu:0 and match the CPU"
+        )
     if not result.get("ok"):
         return Check.failed(name, result.get("error") or "generate() failed", _FIX_INSTALL)
-    return Check.passed(name, "tiny Llama, greedy with 2 eos ids, min_new_tokens and suppress_tokens: "
-                              "the same tokens on npu:0 as on the CPU")
+    return Check.passed(
+        name,
+        "tiny Llama, greedy with 2 eos ids, min_new_tokens and suppress_tokens: "
+        "the same tokens on npu:0 as on the CPU",
+    )
 
 
 def _fix_fallback_check(family: str, fallbacks: Mapping[str, Fallback]) -> Check:
@@ -305,8 +346,14 @@ def _fix_fallback_check(family: str, fallbacks: Mapping[str, Fallback]) -> Check
 
 
 def _evidence(item: Fallback) -> str:
-    evidence = [what for what, seen in (("CAUTION line on fd 2", item.line),
-                                         ("refused by " + FALLBACK_DISABLE, item.refused)) if seen]
+    evidence = [
+        what
+        for what, seen in (
+            ("CAUTION line on fd 2", item.line),
+            ("refused by " + FALLBACK_DISABLE, item.refused),
+        )
+        if seen
+    ]
     if item.count:
         evidence.append(f"counted {item.count} times by the simulator")
     return "; ".join(evidence)
@@ -320,13 +367,16 @@ def _patches_check(installation: Installation) -> Check:
     files = patches.get("files") or {}
     if status == "applied" and files and all(kind == "clean" for kind in files.values()):
         status = "not applied"  # state recorded by an install --hook-only, every target file unpatched
-    where = (f"transformers {patches.get('transformers') or '(not installed)'} in "
-             f"{installation.get('site_packages')}")
+    where = (
+        f"transformers {patches.get('transformers') or '(not installed)'} in "
+        f"{installation.get('site_packages')}"
+    )
     if status in BROKEN_PATCH_STATES:
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
         command = "install (re-applies)" if status == "drifted" else "status"
-        return Check.failed("patches", detail,
-                            f"python -m ascend_env {command}; {patches.get('run') or 'then verify again'}")
+        return Check.failed(
+            "patches", detail, f"python -m ascend_env {command}; {patches.get('run') or 'then verify again'}"
+        )
     if status == "unknown":
         return Check.passed("patches", f"not checked: {patches.get('error')}")
     detail = f"{status}: {where}" + (f" ({patches['detail']})" if patches.get("detail") else "")
@@ -357,12 +407,16 @@ def _hook_check(runs: Sequence[Smoke], installation: Installation) -> Check:
     detail = f"heard of torch_npu through {', '.join(paths)}"
     if untried:
         detail += f" (not tried: {', '.join(untried)})"
-    return Check.passed("hook", f"{detail}; registered " +
-                        (", ".join(registered) or "nothing (every fixed op is native)"))
+    return Check.passed(
+        "hook", f"{detail}; registered " + (", ".join(registered) or "nothing (every fixed op is native)")
+    )
 
 
-IMPORT_WORDS = {"transformers": "transformers' check", "accelerate": "import accelerate",
-                 "direct": "a plain import"}
+IMPORT_WORDS = {
+    "transformers": "transformers' check",
+    "accelerate": "import accelerate",
+    "direct": "a plain import",
+}
 
 
 def _import_path(smoke: Smoke) -> str:
@@ -372,9 +426,15 @@ def _import_path(smoke: Smoke) -> str:
 
 def import_paths(runs: Sequence[Smoke]) -> List[Dict[str, Any]]:
     """How each smoke test process reached torch_npu and what the hook heard (``--json``)."""
-    return [{"imports": smoke.imports, "skipped": smoke.report.get("imports", {}).get("skipped"),
-             "events": list(smoke.report["hook"].get("events", []))}
-            for smoke in runs if "hook" in smoke.report]
+    return [
+        {
+            "imports": smoke.imports,
+            "skipped": smoke.report.get("imports", {}).get("skipped"),
+            "events": list(smoke.report["hook"].get("events", [])),
+        }
+        for smoke in runs
+        if "hook" in smoke.report
+    ]
 
 
 def _hook_install_check(installation: Installation) -> Optional[Check]:
@@ -384,14 +444,21 @@ def _hook_install_check(installation: Installation) -> Optional[Check]:
     if known and not installation.get("hook_files"):
         return Check.failed("hook", f"the startup hook is not installed in {site}", _FIX_HOOK)
     if installation.get("hook_disabled"):
-        return Check.failed("hook", "the startup hook is turned off by ASCEND_ENV_DISABLE",
-                            "unset ASCEND_ENV_DISABLE (or set it to 0)")
+        return Check.failed(
+            "hook",
+            "the startup hook is turned off by ASCEND_ENV_DISABLE",
+            "unset ASCEND_ENV_DISABLE (or set it to 0)",
+        )
     if known and not installation.get("hook_current"):
-        return Check.failed("hook", f"the startup hook's files in {site} differ from this ascend-env's",
-                            _FIX_HOOK)
+        return Check.failed(
+            "hook", f"the startup hook's files in {site} differ from this ascend-env's", _FIX_HOOK
+        )
     if known and not installation.get("hook_started"):
-        return Check.failed("hook", f"the startup hook's files are in {site}, but it did not run at start-up",
-                            f"check that {site} is a site directory of that Python (python -m site)")
+        return Check.failed(
+            "hook",
+            f"the startup hook's files are in {site}, but it did not run at start-up",
+            f"check that {site} is a site directory of that Python (python -m site)",
+        )
     return None
 
 
@@ -412,8 +479,9 @@ def _hook_record_check(record: HookStatus, path: str) -> Optional[Check]:
     covered = {*record["registered"], *record["native"]}
     missing = [fix.op for fix in FIXES if fix.op not in covered]
     if missing:
-        return Check.failed("hook", f"{', '.join(missing)}: neither native nor registered by the hook",
-                            _FIX_HOOK)
+        return Check.failed(
+            "hook", f"{', '.join(missing)}: neither native nor registered by the hook", _FIX_HOOK
+        )
     return None
 
 
@@ -426,19 +494,26 @@ def _guard_fix(record: CompileRecord) -> str:
     reason = str(guard.get("reason") or "")
     soc = record.get("soc")
     if guard.get("applied"):
-        return ("the guard turned JIT compile off and the code turned it back on: drop that "
-                "torch_npu.npu.set_compile_mode(jit_compile=True) call")
+        return (
+            "the guard turned JIT compile off and the code turned it back on: drop that "
+            "torch_npu.npu.set_compile_mode(jit_compile=True) call"
+        )
     if "no binary kernels" in reason and soc:
         from ascend_env.detect import socs
 
         family = socs.family(soc).lower() if socs.lookup(soc) else "<soc>"
-        return (f"install the binary kernels (Ascend-cann-kernels-{family}); the startup hook then turns "
-                "JIT compile off")
+        return (
+            f"install the binary kernels (Ascend-cann-kernels-{family}); the startup hook then turns "
+            "JIT compile off"
+        )
     if reason.startswith("turned off"):
-        return ("run python -m ascend_env install without --no-compile-guard, with "
-                "ASCEND_ENV_COMPILE_GUARD unset")
-    return ("run: python -m ascend_env install (its startup hook turns JIT compile off where the binary "
-            "kernels are installed)")
+        return (
+            "run python -m ascend_env install without --no-compile-guard, with ASCEND_ENV_COMPILE_GUARD unset"
+        )
+    return (
+        "run: python -m ascend_env install (its startup hook turns JIT compile off where the binary "
+        "kernels are installed)"
+    )
 
 
 def _compile_check(runs: Sequence[Smoke]) -> Optional[Check]:
@@ -451,8 +526,10 @@ def _compile_check(runs: Sequence[Smoke]) -> Optional[Check]:
         return _simulated_compile_check(record)
     if "unmodelled" in record:
         said = "on" if record.get("jit_compile") else "off"
-        return Check.passed("compile mode", f"not modelled ({record['unmodelled']}); JIT compile {said} "
-                            f"on simulated {record.get('soc')}")
+        return Check.passed(
+            "compile mode",
+            f"not modelled ({record['unmodelled']}); JIT compile {said} on simulated {record.get('soc')}",
+        )
     lines = [line for s in runs for line in s.stderr.splitlines() if LOW_PERFORMANCE_64BIT in line]
     return _device_compile_check(record, lines)
 
@@ -461,17 +538,23 @@ def _simulated_compile_check(record: CompileRecord) -> Check:
     """The simulator's model: would-be online compiles in the steady state of ``generate()``."""
     soc = record.get("soc")
     said = "on" if record.get("jit_compile") else "off"
-    where = f"simulated {soc}" + (" (assumed: pass --soc, or set ASCEND_ENV_SOC, to model another)"
-                                  if record.get("soc_assumed") else "")
+    where = f"simulated {soc}" + (
+        " (assumed: pass --soc, or set ASCEND_ENV_SOC, to model another)" if record.get("soc_assumed") else ""
+    )
     count = int(record["steady_would_compile"])
     if count == 0:
-        return Check.passed("compile mode", f"no online compiles in the steady state of generate() on "
-                            f"{where} (JIT compile {said}; modelled, not measured)")
+        return Check.passed(
+            "compile mode",
+            f"no online compiles in the steady state of generate() on "
+            f"{where} (JIT compile {said}; modelled, not measured)",
+        )
     ops = ", ".join(list(record.get("steady_would_compile_by_op", {}))[:4])
-    return Check.failed("compile mode",
-                        f"{count} would-be online compiles in the steady state of generate() on {where} "
-                        f"(JIT compile on: each new shape compiles before it runs; {ops})",
-                        _guard_fix(record))
+    return Check.failed(
+        "compile mode",
+        f"{count} would-be online compiles in the steady state of generate() on {where} "
+        f"(JIT compile on: each new shape compiles before it runs; {ops})",
+        _guard_fix(record),
+    )
 
 
 def _device_compile_check(record: CompileRecord, lines: Sequence[str]) -> Check:
@@ -504,16 +587,24 @@ def judge(
     others = {op: item for op, item in fallbacks.items() if _family(op) not in _fixed_families()}
     checks = _checks(runs, fallbacks)
     if strict and others:
-        checks.append(Check.failed("strict",
-                                   f"{len(others)} op(s) besides those ascend-env fixes fell back: "
-                                   f"{', '.join(others)}",
-                                   "use a torch_npu release with NPU kernels for them, or drop --strict"))
+        checks.append(
+            Check.failed(
+                "strict",
+                f"{len(others)} op(s) besides those ascend-env fixes fell back: {', '.join(others)}",
+                "use a torch_npu release with NPU kernels for them, or drop --strict",
+            )
+        )
     return VerifyResult(
         ok=bool(checks) and all(check.ok for check in checks),
-        device="npu" if on_npu else "simulator", device_name=backend.get("name"),
-        release=backend.get("release"), simulator_reason=None if on_npu else simulator_reason,
-        strict=strict, fallback_disable=bool(first.get("backend", {}).get("fallback_disable")),
-        processes=len(runs), checks=checks, fallbacks=fallbacks,
+        device="npu" if on_npu else "simulator",
+        device_name=backend.get("name"),
+        release=backend.get("release"),
+        simulator_reason=None if on_npu else simulator_reason,
+        strict=strict,
+        fallback_disable=bool(first.get("backend", {}).get("fallback_disable")),
+        processes=len(runs),
+        checks=checks,
+        fallbacks=fallbacks,
         findings=[_finding(op, item) for op, item in others.items()],
         installation=first.get("installation", {}),
         hook=next((s.report["hook"] for s in runs if "hook" in s.report), None),

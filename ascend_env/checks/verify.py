@@ -53,7 +53,13 @@ from ascend_env.utils import progress
 from ascend_env.utils.pyflags import child_flags
 
 __all__ = [
-    "AUDIT_VARIABLES", "AUTOLOAD", "DEVICES", "TIMEOUT", "Options", "child_environment", "run_smoke",
+    "AUDIT_VARIABLES",
+    "AUTOLOAD",
+    "DEVICES",
+    "TIMEOUT",
+    "Options",
+    "child_environment",
+    "run_smoke",
     "verify",
 ]
 
@@ -63,9 +69,8 @@ AUDIT_VARIABLES = (*startup.VARIABLES, _audited.REPORTS, paths.ENV)
 TIMEOUT = 900.0  # seconds; the first run on the simulator may compile its extension
 DEVICES = ("auto", "npu", "sim")
 
-def child_environment(
-    base: Mapping[str, str], *, simulate: bool, fallback_disable: bool
-) -> Dict[str, str]:
+
+def child_environment(base: Mapping[str, str], *, simulate: bool, fallback_disable: bool) -> Dict[str, str]:
     """``base`` with nothing left that hides torch_npu's fallback line.
 
     ``RANK=0``; ``TORCH_NPU_DISABLED_WARNING``, ``TORCH_NPU_WARNING_DISABLE`` and
@@ -120,15 +125,30 @@ def run_smoke(
 def _smoke_command(
     options: Options, report: Path, device: str, steps: Sequence[str], imports: str
 ) -> List[str]:
-    command = [options.python, *child_flags(options.python), "-m", "ascend_env.checks.smoke",
-               "--report", str(report), "--device", device, "--steps", ",".join(steps), "--imports", imports]
+    command = [
+        options.python,
+        *child_flags(options.python),
+        "-m",
+        "ascend_env.checks.smoke",
+        "--report",
+        str(report),
+        "--device",
+        device,
+        "--steps",
+        ",".join(steps),
+        "--imports",
+        imports,
+    ]
     if options.torch_npu:
         command += ["--torch-npu", options.torch_npu]
     return command
 
 
-_DEVICE_WORDS = {"auto": "on npu:0 (else the simulated NPU)", "npu": "on npu:0",
-                 "sim": "on the simulated NPU"}
+_DEVICE_WORDS = {
+    "auto": "on npu:0 (else the simulated NPU)",
+    "npu": "on npu:0",
+    "sim": "on the simulated NPU",
+}
 
 
 def _smoke_words(device: str, steps: Sequence[str], imports: str = IMPORTS[0]) -> str:
@@ -144,17 +164,24 @@ def _run_child(
     options: Options, command: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
 ) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(command, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=options.timeout, pass_fds=tuple(pass_fds))
+        return subprocess.run(
+            command,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=options.timeout,
+            pass_fds=tuple(pass_fds),
+        )
     except subprocess.TimeoutExpired:
         raise CheckFailed(
             f"the smoke test did not finish within {options.timeout:.0f} s in {options.python}.",
-            "run it by hand to see where it hangs: "
-            "python -m ascend_env.checks.smoke --report /tmp/r.json",
+            "run it by hand to see where it hangs: python -m ascend_env.checks.smoke --report /tmp/r.json",
         ) from None
     except OSError as exc:
-        raise UsageError(f"cannot run {options.python}: {exc.strerror or exc}.",
-                         "pass --python the path of a Python interpreter") from None
+        raise UsageError(
+            f"cannot run {options.python}: {exc.strerror or exc}.",
+            "pass --python the path of a Python interpreter",
+        ) from None
 
 
 def _raise_environment_problem(options: Options, smoke: Smoke) -> None:
@@ -202,8 +229,10 @@ def _resolved(options: Options) -> Options:
 
     python = shutil.which(options.python) or options.python
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise UsageError(f"--python {options.python}: not an executable file.",
-                         "pass the path of a Python interpreter, e.g. /opt/venv/bin/python")
+        raise UsageError(
+            f"--python {options.python}: not an executable file.",
+            "pass the path of a Python interpreter, e.g. /opt/venv/bin/python",
+        )
     # An unknown release raises UsageError here, before any process starts.
     release = optables.canonical(options.torch_npu) if options.torch_npu else None
     return dataclasses.replace(options, python=python, torch_npu=release)
@@ -212,8 +241,9 @@ def _resolved(options: Options) -> Options:
 def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke], Optional[str]]:
     """Every smoke test process ``options`` call for, and why the simulator ran (None: it did not)."""
     device, reason = _chosen_device(options)
-    first = run_smoke(options, device, STEPS,
-                      child_environment(environ, simulate=device == "sim", fallback_disable=True))
+    first = run_smoke(
+        options, device, STEPS, child_environment(environ, simulate=device == "sim", fallback_disable=True)
+    )
     if device == "auto" and "device_error" in first.report:
         has_npu, evidence = machine.has_npu()
         if has_npu:  # torch_npu cannot start on a machine with an NPU: a failure, never a simulated pass
@@ -222,19 +252,28 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
             return [first], None
         why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
         reason = f"torch_npu is installed but did not start ({why}), and this machine has no NPU ({evidence})"
-        first = run_smoke(options, "sim", STEPS,
-                          child_environment(environ, simulate=True, fallback_disable=True))
+        first = run_smoke(
+            options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True)
+        )
     reason = reason or first.report.get("simulator_reason")
     if reason and first.report.get("backend", {}).get("chosen") == "oldest":
-        reason += ("; no release named and none installed, so the oldest supported release's table, "
-                   "which lacks the most NPU kernels")
+        reason += (
+            "; no release named and none installed, so the oldest supported release's table, "
+            "which lacks the most NPU kernels"
+        )
     runs = [first]
     kind = first.report.get("backend", {}).get("kind")
     device = "npu" if kind == "npu" else "sim"
     if "generate" in first.report.get("deferred", []):
         # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: generate() needs its own.
-        runs.append(run_smoke(options, device, ["generate"],
-                              child_environment(environ, simulate=device == "sim", fallback_disable=False)))
+        runs.append(
+            run_smoke(
+                options,
+                device,
+                ["generate"],
+                child_environment(environ, simulate=device == "sim", fallback_disable=False),
+            )
+        )
     if kind is not None:
         env = child_environment(environ, simulate=device == "sim", fallback_disable=False)
         runs += _import_order_runs(options, device, env)
@@ -244,12 +283,15 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
 def _chosen_device(options: Options) -> Tuple[str, Optional[str]]:
     """The smoke test's ``--device`` and, for the simulator, why."""
     if options.device not in DEVICES:
-        raise UsageError(f"--device {options.device}: not one of {', '.join(DEVICES)}.",
-                         "pass --device npu, sim or auto")
+        raise UsageError(
+            f"--device {options.device}: not one of {', '.join(DEVICES)}.", "pass --device npu, sim or auto"
+        )
     if options.torch_npu:
         if options.device == "npu":
-            raise UsageError("--torch-npu simulates a release's op table, so it cannot run on --device npu.",
-                             "drop --torch-npu to verify the real NPU, or --device npu to simulate")
+            raise UsageError(
+                "--torch-npu simulates a release's op table, so it cannot run on --device npu.",
+                "drop --torch-npu to verify the real NPU, or --device npu to simulate",
+            )
         return "sim", "--torch-npu was given"
     if options.simulate or options.device == "sim":
         return "sim", "--simulate was given" if options.simulate else "--device sim was given"

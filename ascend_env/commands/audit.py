@@ -29,32 +29,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "known release",
     )
     parser.add_argument(
-        "--timeout", metavar="SECONDS", type=float,
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
         help="stop the command and every process it started after SECONDS, report what was seen "
         "and fail (exit 1)",
     )
     parser.add_argument(
-        "--soc", metavar="SOC",
+        "--soc",
+        metavar="SOC",
         help="the Ascend SoC to simulate for --paths: 910A, 910B, 310P, ... or a full name "
         "(default: this machine's: $ASCEND_ENV_SOC, else npu-smi info; else Ascend910B1, assumed)",
     )
     parser.add_argument(
-        "--paths", action="store_true",
+        "--paths",
+        action="store_true",
         help="model torch_npu's dispatch paths: would-be online compiles, 64-bit warnings and host "
         "syncs, per generate() step",
     )
     parser.add_argument(
-        "--fail-on", metavar="FINDINGS",
+        "--fail-on",
+        metavar="FINDINGS",
         help="comma-separated findings that fail the audit: fallbacks, compiles, syncs, 64bit "
         "(default: fallbacks; compiles, syncs and 64bit turn on --paths)",
     )
     parser.add_argument(
-        "--report", metavar="FILE",
+        "--report",
+        metavar="FILE",
         help="also write the JSON report (as --json prints it) to FILE; '-' prints it on stdout, as --json "
         "does. With the JSON on stdout, the command's own stdout goes to stderr",
     )
     parser.add_argument(
-        "user_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+        "user_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
         help="the command to run, after '--' (e.g. -- python my_script.py)",
     )
 
@@ -75,12 +83,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         for index, release in enumerate(releases):
             if len(releases) > 1:
-                sys.stderr.write(f"ascend-env: audit: running the command on torch_npu {release}'s op table "
-                                 f"({index + 1} of {len(releases)})\n")
+                sys.stderr.write(
+                    f"ascend-env: audit: running the command on torch_npu {release}'s op table "
+                    f"({index + 1} of {len(releases)})\n"
+                )
             try:
                 # The JSON document is stdout's alone: the command's own output goes to stderr.
-                findings = audit.run(command, release, timeout=args.timeout, soc=args.soc, paths=paths,
-                                     stdout=_stderr_fd() if json_on_stdout else None)
+                findings = audit.run(
+                    command,
+                    release,
+                    timeout=args.timeout,
+                    soc=args.soc,
+                    paths=paths,
+                    stdout=_stderr_fd() if json_on_stdout else None,
+                )
             except AscendEnvError as exc:
                 if len(releases) == 1:
                     raise
@@ -91,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
                 write_text(audit_text.format_text(findings, fail_on))
     except supervise.Interrupted as stop:
         # As the CLI answers Ctrl-C: one line, no traceback; 128 + the signal, as a shell reports it.
-        sys.stderr.write(f"ascend-env: audit interrupted by {stop}: the command and every process it "
-                         "started were stopped, and nothing is reported.\n")
+        sys.stderr.write(
+            f"ascend-env: audit interrupted by {stop}: the command and every process it "
+            "started were stopped, and nothing is reported.\n"
+        )
         return 128 + stop.signum
     document = _document(results, fail_on)
     if report_file is not None:
@@ -128,6 +146,7 @@ def _code(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> int:
 
 def _document(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> Dict[str, Any]:
     """``--json``'s document: one release's findings as they always were; several under ``releases``."""
+
     def one(result: Result) -> Dict[str, Any]:
         if isinstance(result, AscendEnvError):
             return {"ok": False, **result.to_dict()}
@@ -137,8 +156,12 @@ def _document(results: Sequence[Tuple[str, Result]], fail_on: Sequence[str]) -> 
     if len(results) == 1:
         return one(results[0][1])
     combined = audit_text.combined_verdict(results, fail_on)
-    return {"ok": combined.code == 0, "schema": audit.SCHEMA, "verdict": combined.line,
-            "releases": [dict(one(result), release=release) for release, result in results]}
+    return {
+        "ok": combined.code == 0,
+        "schema": audit.SCHEMA,
+        "verdict": combined.line,
+        "releases": [dict(one(result), release=release) for release, result in results],
+    }
 
 
 def _write_report(path: Path, document: Dict[str, Any]) -> None:
@@ -146,5 +169,7 @@ def _write_report(path: Path, document: Dict[str, Any]) -> None:
         with atomic.replacing(path) as partial, partial.open("w", encoding="utf-8") as out:
             write_json(document, out)
     except OSError as exc:
-        raise UsageError(f"--report {path}: cannot write it ({exc.strerror or exc}).",
-                         "name a file in a directory you can write to") from None
+        raise UsageError(
+            f"--report {path}: cannot write it ({exc.strerror or exc}).",
+            "name a file in a directory you can write to",
+        ) from None

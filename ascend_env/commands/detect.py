@@ -92,8 +92,11 @@ def _verdict(report: Report) -> str:
     """The last line: the compatibility verdict, the first check that set it, and install's work."""
     compat = report.compat
     cause = compat.reasons[0] if compat.reasons and compat.status != "ok" else "every check passed"
-    work = {True: "install has work to do", False: "install has nothing to do",
-            None: "whether install has work to do is unknown"}[report.isin.install_has_work]
+    work = {
+        True: "install has work to do",
+        False: "install has nothing to do",
+        None: "whether install has work to do is unknown",
+    }[report.isin.install_has_work]
     return verdict_line("detect", compat.status, f"{cause.rstrip('.')}; {work}")
 
 
@@ -133,9 +136,14 @@ def _isin_lines(isin: Isin) -> List[str]:
     return lines
 
 
-_STATUS = {"native": "native", "host_copy": "registered, runs on the CPU",
-           "fixed": "fixed by the startup hook", "falls_back": "FALLS BACK to the CPU",
-           "no_torch_npu": "no torch_npu", "unknown": "unknown"}
+_STATUS = {
+    "native": "native",
+    "host_copy": "registered, runs on the CPU",
+    "fixed": "fixed by the startup hook",
+    "falls_back": "FALLS BACK to the CPU",
+    "no_torch_npu": "no torch_npu",
+    "unknown": "unknown",
+}
 
 
 def _fix_lines(fixes: List[FixedOp]) -> List[str]:

@@ -42,8 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def describe(report: engine.InstallReport, compile_guard: bool) -> str:
     """The plain-text form of an install report."""
     lines = [
-        f"{report.result}: transformers {report.transformers or '(not installed)'} in "
-        f"{report.site_packages}"
+        f"{report.result}: transformers {report.transformers or '(not installed)'} in {report.site_packages}"
     ]
     if report.reason:
         lines.append(f"  {report.reason}")

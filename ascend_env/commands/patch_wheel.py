@@ -39,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     lines = [f"wrote {result.path} ({result.original_version} -> {result.version})"]
     lines += [f"  {target}: {change.patch}" for target, change in result.changes.items()]
-    lines.append(verdict_line("patch-wheel", "wrote", f"{result.path.name}, {len(result.changes)} file(s) "
-                              f"patched; install it from your index in place of {result.original_version}"))
+    lines.append(
+        verdict_line(
+            "patch-wheel",
+            "wrote",
+            f"{result.path.name}, {len(result.changes)} file(s) "
+            f"patched; install it from your index in place of {result.original_version}",
+        )
+    )
     write_text("\n".join(lines))
     return 0

@@ -39,9 +39,14 @@ def describe_hook(hook_status: HookPart) -> List[str]:
         lines.append("  startup hook: its files differ from this ascend-env's; run: ascend-env install")
     setting = hook_status.get("compile_guard")
     if setting is not None:
-        lines.append("  compile-mode guard: " + (
-            "on (JIT compile off where the SoC would compile online and binary kernels are installed)"
-            if setting else "off (installed with --no-compile-guard)"))
+        lines.append(
+            "  compile-mode guard: "
+            + (
+                "on (JIT compile off where the SoC would compile online and binary kernels are installed)"
+                if setting
+                else "off (installed with --no-compile-guard)"
+            )
+        )
     found = hook_status.get("probe", files.HookProbe())
     if found.get("error"):
         lines.append(f"  startup hook: not checked in a fresh process: {continued(found['error'])}")
@@ -78,8 +83,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _hook_report(site_packages: Path) -> Tuple[HookPart, int]:
     """The startup hook's part of the status: installed, ran in a fresh process, registered."""
     report: HookPart = {
-        "installed": files.installed(site_packages), "current": files.is_current(site_packages),
-        "compile_guard": files.compile_guard_setting(site_packages)}
+        "installed": files.installed(site_packages),
+        "current": files.is_current(site_packages),
+        "compile_guard": files.compile_guard_setting(site_packages),
+    }
     if not report["installed"]:
         return report, 0
     if str(site_packages) not in {str(Path(p).resolve()) for p in sys.path if p}:
@@ -88,8 +95,10 @@ def _hook_report(site_packages: Path) -> Tuple[HookPart, int]:
     if importlib.machinery.PathFinder.find_spec("torch_npu") is None:
         report["probe"] = files.probe(sys.executable)
     else:  # the probe imports torch_npu (and torch), as a real program does: seconds
-        with progress.step("checking the startup hook in a fresh Python process",
-                           note="it imports torch_npu, as your programs do"):
+        with progress.step(
+            "checking the startup hook in a fresh Python process",
+            note="it imports torch_npu, as your programs do",
+        ):
             report["probe"] = files.probe(sys.executable)
     failed = report["probe"].get("ran") is not True or bool(report["probe"].get("errors"))
     if report["probe"].get("disabled"):
@@ -117,8 +126,14 @@ def run(args: argparse.Namespace) -> int:
 def overall(report: engine.StatusReport, hook_status: HookPart) -> states.State:
     """The state in :mod:`ascend_env.states`' words: the patches' and the startup hook's together."""
     verdict = report.verdict
-    return states.combine(verdict.status, verdict.code, bool(hook_status["installed"]), verdict.detail,
-                          verdict.run, transformers=report.transformers is not None)
+    return states.combine(
+        verdict.status,
+        verdict.code,
+        bool(hook_status["installed"]),
+        verdict.detail,
+        verdict.run,
+        transformers=report.transformers is not None,
+    )
 
 
 def _with_state(data: dict[str, Any], state: states.State) -> dict[str, Any]:

@@ -14,35 +14,48 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--device", choices=verify.DEVICES, default="auto",
+        "--device",
+        choices=verify.DEVICES,
+        default="auto",
         help="npu: the real npu:0 or fail; sim: the simulated NPU; auto (default): npu:0 where torch_npu "
         "starts, the simulator on a machine without an NPU (a torch_npu that cannot start on a machine "
         "with one fails)",
     )
     parser.add_argument(
-        "--simulate", action="store_true",
+        "--simulate",
+        action="store_true",
         help="the same as --device sim",
     )
     parser.add_argument(
-        "--torch-npu", metavar="VERSION",
+        "--torch-npu",
+        metavar="VERSION",
         help="simulate this torch_npu release's op table (implies --simulate; default: the installed "
         "torch_npu's op lists, else the newest known release)",
     )
     parser.add_argument(
-        "--soc", metavar="SOC",
+        "--soc",
+        metavar="SOC",
         help="the Ascend SoC to simulate: 910A, 910B, 310P, ... or a full name (default: $ASCEND_ENV_SOC, "
         "else Ascend910B1, assumed)",
     )
     parser.add_argument("--strict", action="store_true", help="fail when any op at all falls back to the CPU")
     parser.add_argument(
-        "--python", metavar="PATH", default=sys.executable,
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
         help="the interpreter to verify (default: this one); ascend-env must be installed in it",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    options = verify.Options(python=args.python, simulate=args.simulate, device=args.device,
-                             torch_npu=args.torch_npu, strict=args.strict, soc=args.soc)
+    options = verify.Options(
+        python=args.python,
+        simulate=args.simulate,
+        device=args.device,
+        torch_npu=args.torch_npu,
+        strict=args.strict,
+        soc=args.soc,
+    )
     result = verify.verify(options)
     if args.json:
         write_json(result.to_dict())

@@ -18,9 +18,22 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
-    "ENV_VARS", "INFO_FILE", "MAX_INFO_BYTES", "SYSTEM_PREFIX", "VERSION_CFG", "CannVersion",
-    "InvalidCannVersion", "Toolkit", "candidate_roots", "find_toolkit", "parse_key_values", "parse_version",
-    "read_text", "set_env_script", "shown", "version_from_cfg",
+    "ENV_VARS",
+    "INFO_FILE",
+    "MAX_INFO_BYTES",
+    "SYSTEM_PREFIX",
+    "VERSION_CFG",
+    "CannVersion",
+    "InvalidCannVersion",
+    "Toolkit",
+    "candidate_roots",
+    "find_toolkit",
+    "parse_key_values",
+    "parse_version",
+    "read_text",
+    "set_env_script",
+    "shown",
+    "version_from_cfg",
 ]
 
 INFO_FILE = "ascend_toolkit_install.info"
@@ -132,8 +145,10 @@ class CannVersion:
         text = f"{self.major}.{self.minor}.{self.stage}{self.number}"
         text += "".join(f".{n}" for n in self.extra)
         if self.suffix:
-            text += f".{self.suffix}{self.suffix_number:03d}" if self.suffix == "alpha" else (
-                f".{self.suffix}{self.suffix_number}"
+            text += (
+                f".{self.suffix}{self.suffix_number:03d}"
+                if self.suffix == "alpha"
+                else (f".{self.suffix}{self.suffix_number}")
             )
         return text
 
@@ -213,7 +228,7 @@ def _versioned_dirs(prefix: Path) -> List[Path]:
         return []
 
     def key(path: Path) -> tuple[Any, ...]:
-        parsed = parse_version(path.name[len("cann-"):])
+        parsed = parse_version(path.name[len("cann-") :])
         return (parsed is not None, parsed.sort_key() if parsed else (), path.name)
 
     return sorted(found, key=key, reverse=True)
@@ -288,8 +303,7 @@ def _read_version(root: Path, arch: Optional[str], toolkit: Toolkit) -> None:
             return
     if toolkit.version is None:
         toolkit.problems.append(
-            f"the CANN version at {root} is unknown: no readable "
-            f"<arch>-linux/{INFO_FILE} or {VERSION_CFG}."
+            f"the CANN version at {root} is unknown: no readable <arch>-linux/{INFO_FILE} or {VERSION_CFG}."
         )
 
 
@@ -337,4 +351,3 @@ def set_env_script(root: Path) -> Optional[Path]:
         if candidate.is_file():
             return candidate
     return None
-

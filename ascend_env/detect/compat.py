@@ -30,8 +30,19 @@ from ascend_env.detect.cann import CannVersion, parse_version
 from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem
 
 __all__ = [
-    "DATA_FILE", "MISMATCH", "OK", "UNKNOWN", "Check", "Row", "Table", "Verdict", "check_requirement", "load",
-    "python_line", "torch_matches", "verdict",
+    "DATA_FILE",
+    "MISMATCH",
+    "OK",
+    "UNKNOWN",
+    "Check",
+    "Row",
+    "Table",
+    "Verdict",
+    "check_requirement",
+    "load",
+    "python_line",
+    "torch_matches",
+    "verdict",
 ]
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "compat.json"

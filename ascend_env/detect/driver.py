@@ -65,9 +65,7 @@ def _driver_dir(install_info: Path, default_prefix: Path, driver: Driver) -> Pat
     return default_prefix / "driver"
 
 
-def find_driver(
-    install_info: Path = INSTALL_INFO, default_prefix: Path = SYSTEM_PREFIX
-) -> Driver:
+def find_driver(install_info: Path = INSTALL_INFO, default_prefix: Path = SYSTEM_PREFIX) -> Driver:
     """The installed driver and its version (never raises for broken files)."""
     driver = Driver()
     path = _driver_dir(install_info, default_prefix, driver)

@@ -25,9 +25,20 @@ from ascend_env.detect import socs
 from ascend_env.detect.cann import shown
 
 __all__ = [
-    "DEVICE_GLOB", "KERNELS_SUBDIR", "NPU_SMI_MAX_BYTES", "NPU_SMI_TIMEOUT", "SOC_UNKNOWN_VARIABLE",
-    "SOC_VARIABLE", "Kernels", "NpuSmiError", "export_soc", "find_kernels", "has_npu", "machine_soc",
-    "npu_smi", "parse_npu_smi",
+    "DEVICE_GLOB",
+    "KERNELS_SUBDIR",
+    "NPU_SMI_MAX_BYTES",
+    "NPU_SMI_TIMEOUT",
+    "SOC_UNKNOWN_VARIABLE",
+    "SOC_VARIABLE",
+    "Kernels",
+    "NpuSmiError",
+    "export_soc",
+    "find_kernels",
+    "has_npu",
+    "machine_soc",
+    "npu_smi",
+    "parse_npu_smi",
 ]
 
 SOC_VARIABLE = "ASCEND_ENV_SOC"
@@ -67,8 +78,13 @@ def parse_npu_smi(text: str) -> Optional[str]:
 def npu_smi(timeout: float = NPU_SMI_TIMEOUT, max_bytes: int = NPU_SMI_MAX_BYTES) -> str:
     """The output of ``npu-smi info``, bounded in time and size; raises :class:`NpuSmiError`."""
     try:
-        child = subprocess.Popen(["npu-smi", "info"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        child = subprocess.Popen(
+            ["npu-smi", "info"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except OSError as exc:
         raise NpuSmiError(f"npu-smi cannot run ({exc.strerror or exc})") from None
     assert child.stdout is not None

@@ -17,8 +17,19 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 __all__ = [
-    "Distribution", "find", "find_all", "location", "metadata_dir", "name_of", "package_dir",
-    "requirement_on", "requirements", "search_path", "site_packages", "top_level", "version",
+    "Distribution",
+    "find",
+    "find_all",
+    "location",
+    "metadata_dir",
+    "name_of",
+    "package_dir",
+    "requirement_on",
+    "requirements",
+    "search_path",
+    "site_packages",
+    "top_level",
+    "version",
 ]
 
 Distribution = metadata.Distribution

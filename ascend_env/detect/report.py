@@ -20,8 +20,18 @@ from ascend_env.exceptions import AscendEnvError
 from ascend_env.kernels.registry import FIXES, families
 
 __all__ = [
-    "FALLBACK_OPS", "NO_TORCH_NPU", "SCHEMA", "CompileMode", "FixedOp", "Isin", "Package", "Report", "detect",
-    "read_fixes", "read_isin", "read_package",
+    "FALLBACK_OPS",
+    "NO_TORCH_NPU",
+    "SCHEMA",
+    "CompileMode",
+    "FixedOp",
+    "Isin",
+    "Package",
+    "Report",
+    "detect",
+    "read_fixes",
+    "read_isin",
+    "read_package",
 ]
 
 SCHEMA = 1
@@ -86,9 +96,13 @@ class Isin:
             return "unknown: no site-packages directory was found"
         if self.hook_installed:
             return f"the startup hook is installed in {self.hook_site} (status tells whether all is in place)"
-        why = ("it registers an NPU isin where torch_npu has none" if self.falls_back
-               else "verify requires it; it registers an NPU isin once a torch_npu without one is installed"
-               if self.status == "no_torch_npu" else "verify requires it; it also guards the compile mode")
+        why = (
+            "it registers an NPU isin where torch_npu has none"
+            if self.falls_back
+            else "verify requires it; it registers an NPU isin once a torch_npu without one is installed"
+            if self.status == "no_torch_npu"
+            else "verify requires it; it also guards the compile mode"
+        )
         return f"the startup hook is not installed in {self.hook_site} ({why})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,8 +135,12 @@ class FixedOp:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "status": self.status, "falls_back": list(self.falls_back),
-                "reason": self.reason}
+        return {
+            "op": self.op,
+            "status": self.status,
+            "falls_back": list(self.falls_back),
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -143,8 +161,12 @@ class CompileMode:
         return {
             "soc": self.soc,
             "soc_source": self.soc_source,
-            "kernels": {"installed": self.kernels.installed, "path": self.kernels.path,
-                        "socs": list(self.kernels.socs), "reason": self.kernels.reason or None},
+            "kernels": {
+                "installed": self.kernels.installed,
+                "path": self.kernels.path,
+                "socs": list(self.kernels.socs),
+                "reason": self.kernels.reason or None,
+            },
             "jit_compile_default": self.jit_compile_default,
             "compiles_online": self.compiles_online,
         }
@@ -153,17 +175,24 @@ class CompileMode:
         """What to do when generation would compile online; None when it would not or is unknown."""
         if not self.compiles_online or self.soc is None:
             return None
-        said = (f"generation will compile ops online on this machine: torch_npu starts {self.soc} with "
-                "JIT compile on, so every new input shape (each decoding step) is compiled before it runs")
+        said = (
+            f"generation will compile ops online on this machine: torch_npu starts {self.soc} with "
+            "JIT compile on, so every new input shape (each decoding step) is compiled before it runs"
+        )
         if self.kernels.installed:
-            return said + ("; the binary kernels are installed, so run: python -m ascend_env install "
-                           "(its startup hook turns JIT compile off in every process)")
-        return said + (f"; install the binary kernels (Ascend-cann-kernels-{socs.family(self.soc).lower()}), "
-                       "then run: python -m ascend_env install (its startup hook turns JIT compile off)")
+            return said + (
+                "; the binary kernels are installed, so run: python -m ascend_env install "
+                "(its startup hook turns JIT compile off in every process)"
+            )
+        return said + (
+            f"; install the binary kernels (Ascend-cann-kernels-{socs.family(self.soc).lower()}), "
+            "then run: python -m ascend_env install (its startup hook turns JIT compile off)"
+        )
 
 
-def _read_compile_mode(environ: Mapping[str, str], toolkit: cann.Toolkit,
-                      npu_smi: Optional[Callable[[], str]] = None) -> CompileMode:
+def _read_compile_mode(
+    environ: Mapping[str, str], toolkit: cann.Toolkit, npu_smi: Optional[Callable[[], str]] = None
+) -> CompileMode:
     """The SoC (``$ASCEND_ENV_SOC`` or ``npu-smi info``), the binary kernels and the JIT default."""
     soc, source = machine_soc(environ, npu_smi)
     kernels = find_kernels(toolkit.root)
@@ -313,20 +342,40 @@ def read_fixes(torch_npu: Package, sites: Sequence[Path]) -> List[FixedOp]:
     release = f"torch_npu {torch_npu.version}"
     found = []
     for family in families():
-        lacking = [fix.op for fix in FIXES
-                   if fix.family == family and all(op not in ops for op in fix.when_missing)]
+        lacking = [
+            fix.op for fix in FIXES if fix.family == family and all(op not in ops for op in fix.when_missing)
+        ]
         copied = [fix.op for fix in FIXES if fix.family == family and fix.copies_to_host(torch_npu.version)]
         if not lacking and copied:
-            found.append(FixedOp(family, "host_copy", [], f"{release} registers {family}, but its kernel "
-                                 "copies to the host and back (op-plugin); ascend-env leaves it alone"))
+            found.append(
+                FixedOp(
+                    family,
+                    "host_copy",
+                    [],
+                    f"{release} registers {family}, but its kernel "
+                    "copies to the host and back (op-plugin); ascend-env leaves it alone",
+                )
+            )
         elif not lacking:
             found.append(FixedOp(family, "native", [], f"{release} runs {family} on the NPU"))
         elif hooked:
-            found.append(FixedOp(family, "fixed", lacking, f"no NPU kernel in {release}; the startup hook "
-                                 f"in {hooked[0]} registers ascend-env's"))
+            found.append(
+                FixedOp(
+                    family,
+                    "fixed",
+                    lacking,
+                    f"no NPU kernel in {release}; the startup hook in {hooked[0]} registers ascend-env's",
+                )
+            )
         else:
-            found.append(FixedOp(family, "falls_back", lacking, f"no NPU kernel in {release} and no "
-                                 "startup hook; run: python -m ascend_env install"))
+            found.append(
+                FixedOp(
+                    family,
+                    "falls_back",
+                    lacking,
+                    f"no NPU kernel in {release} and no startup hook; run: python -m ascend_env install",
+                )
+            )
     return found
 
 

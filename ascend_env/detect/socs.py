@@ -23,11 +23,32 @@ __all__ = ["ALIASES", "KNOWN", "canonical", "family", "jit_compile_default", "lo
 
 # In torch_npu's SocVersion order (NpuVariables.h): the 910A family, 310P, 910B, 310B, 910_93.
 KNOWN: Tuple[str, ...] = (
-    "Ascend910PremiumA", "Ascend910ProA", "Ascend910A", "Ascend910ProB", "Ascend910B",
-    "Ascend310P1", "Ascend310P2", "Ascend310P3", "Ascend310P4", "Ascend310P5", "Ascend310P7",
-    "Ascend910B1", "Ascend910B2", "Ascend910B2C", "Ascend910B3", "Ascend910B4", "Ascend910B4-1",
-    "Ascend310B1", "Ascend310B2", "Ascend310B3", "Ascend310B4",
-    "Ascend910_9391", "Ascend910_9392", "Ascend910_9381", "Ascend910_9382", "Ascend910_9372",
+    "Ascend910PremiumA",
+    "Ascend910ProA",
+    "Ascend910A",
+    "Ascend910ProB",
+    "Ascend910B",
+    "Ascend310P1",
+    "Ascend310P2",
+    "Ascend310P3",
+    "Ascend310P4",
+    "Ascend310P5",
+    "Ascend310P7",
+    "Ascend910B1",
+    "Ascend910B2",
+    "Ascend910B2C",
+    "Ascend910B3",
+    "Ascend910B4",
+    "Ascend910B4-1",
+    "Ascend310B1",
+    "Ascend310B2",
+    "Ascend310B3",
+    "Ascend310B4",
+    "Ascend910_9391",
+    "Ascend910_9392",
+    "Ascend910_9381",
+    "Ascend910_9382",
+    "Ascend910_9372",
     "Ascend910_9361",
 )
 
@@ -51,7 +72,7 @@ def lookup(name: str) -> Optional[str]:
     """torch_npu's name for ``name`` (a full name or an alias, any case), or None."""
     key = name.strip().upper()
     if key.startswith("ASCEND") and key not in _BY_KEY:
-        key = key[len("ASCEND"):]
+        key = key[len("ASCEND") :]
     return _BY_KEY.get(key) or ALIASES.get(key) or _BY_KEY.get("ASCEND" + key)
 
 
@@ -74,8 +95,12 @@ def jit_compile_default(soc: str) -> bool:
 def family(soc: str) -> str:
     """The card family a user would name: ``910A``, ``310P``, ``910B``, ``310B`` or ``910_93``."""
     name = canonical(soc)
-    for prefix, label in (("Ascend910_93", "910_93"), ("Ascend310P", "310P"), ("Ascend310B", "310B"),
-                          ("Ascend910B", "910B")):
+    for prefix, label in (
+        ("Ascend910_93", "910_93"),
+        ("Ascend310P", "310P"),
+        ("Ascend310B", "310B"),
+        ("Ascend910B", "910B"),
+    ):
         if name.startswith(prefix) and (label != "910B" or name != "Ascend910B"):
             return label
     return "910A"
@@ -83,13 +108,19 @@ def family(soc: str) -> str:
 
 # The first SocVersion number of each group (Ascend/pytorch torch_npu/csrc/core/npu/NpuVariables.h,
 # branch v2.8.0, commit c4194988d3c830375abf08e01d5bec3fe6a86406); members count up from it.
-_SOC_VERSION_BASES = (("Ascend910PremiumA", 100), ("Ascend310P1", 200), ("Ascend910B1", 220),
-                      ("Ascend310B1", 240), ("Ascend910_9391", 250))
+_SOC_VERSION_BASES = (
+    ("Ascend910PremiumA", 100),
+    ("Ascend310P1", 200),
+    ("Ascend910B1", 220),
+    ("Ascend310B1", 240),
+    ("Ascend910_9391", 250),
+)
 
 
 def soc_version(soc: str) -> int:
     """``torch_npu.npu.get_soc_version()`` on ``soc``: its number in torch_npu's SocVersion enum."""
     index = KNOWN.index(canonical(soc))
-    first, number = max((KNOWN.index(name), base) for name, base in _SOC_VERSION_BASES
-                        if KNOWN.index(name) <= index)
+    first, number = max(
+        (KNOWN.index(name), base) for name, base in _SOC_VERSION_BASES if KNOWN.index(name) <= index
+    )
     return number + index - first

@@ -37,8 +37,19 @@ from ascend_env.detect.machine import (
 )
 
 __all__ = [
-    "KERNELS_SUBDIR", "NPU_SMI_TIMEOUT", "OFF_VARIABLE", "SOC_VARIABLE", "Decision", "Kernels", "apply",
-    "decide", "find_kernels", "from_environment", "machine_soc", "parse_npu_smi", "switched_off",
+    "KERNELS_SUBDIR",
+    "NPU_SMI_TIMEOUT",
+    "OFF_VARIABLE",
+    "SOC_VARIABLE",
+    "Decision",
+    "Kernels",
+    "apply",
+    "decide",
+    "find_kernels",
+    "from_environment",
+    "machine_soc",
+    "parse_npu_smi",
+    "switched_off",
 ]
 
 OFF_VARIABLE = "ASCEND_ENV_COMPILE_GUARD"
@@ -110,8 +121,11 @@ def apply(decision: Decision, set_compile_mode: Callable[..., Any], config: Any)
     return decision
 
 
-def from_environment(environ: Optional[Mapping[str, str]] = None, enabled: bool = True,
-                     soc: Optional[Tuple[Optional[str], str]] = None) -> Decision:
+def from_environment(
+    environ: Optional[Mapping[str, str]] = None,
+    enabled: bool = True,
+    soc: Optional[Tuple[Optional[str], str]] = None,
+) -> Decision:
     """:func:`decide` for this process: the toolkit from CANN's variables or default path, the SoC
     from ``soc`` (the simulator's) or :func:`~ascend_env.detect.machine.machine_soc`. What npu-smi
     said, an answer or none, is exported (``$ASCEND_ENV_SOC``, ``$ASCEND_ENV_SOC_UNKNOWN``) so that

@@ -20,9 +20,24 @@ from typing import Any, Dict, List, Optional, TypedDict, cast
 from ascend_env.detect.hook_site import MODULE_FILE, NAME, PTH_FILE, START_FILE, installed
 
 __all__ = [
-    "ANSWER_LIMIT", "GUARD_OFF", "GUARD_ON", "HookProbe", "MODULE_FILE", "NAME", "PTH_FILE", "PTH_TEXT",
-    "START_FILE", "START_TEXT", "bytecode", "compile_guard_setting", "files", "installed", "is_current",
-    "probe", "running", "written",
+    "ANSWER_LIMIT",
+    "GUARD_OFF",
+    "GUARD_ON",
+    "HookProbe",
+    "MODULE_FILE",
+    "NAME",
+    "PTH_FILE",
+    "PTH_TEXT",
+    "START_FILE",
+    "START_TEXT",
+    "bytecode",
+    "compile_guard_setting",
+    "files",
+    "installed",
+    "is_current",
+    "probe",
+    "running",
+    "written",
 ]
 
 PTH_TEXT = (
@@ -172,8 +187,11 @@ def probe(python: str, timeout: float = 60) -> HookProbe:
         try:
             with open(errors, "wb") as stderr:
                 done = subprocess.run(
-                    [python, *child_flags(python), "-c", _PROBE, str(answer)], timeout=timeout,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                    [python, *child_flags(python), "-c", _PROBE, str(answer)],
+                    timeout=timeout,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
                 )
         except subprocess.TimeoutExpired:
             error = f"{python} did not finish within {timeout:.0f} s (importing torch_npu)"

@@ -38,8 +38,17 @@ if TYPE_CHECKING:
     from ascend_env.kernels.registry import Fix
 
 __all__ = [
-    "DISPATCH_KEY", "RECORD", "HookStatus", "Simulator", "activate", "guard_compile_mode", "has_kernel",
-    "installed_sites", "register_simulator", "status", "warn_on_drift",
+    "DISPATCH_KEY",
+    "RECORD",
+    "HookStatus",
+    "Simulator",
+    "activate",
+    "guard_compile_mode",
+    "has_kernel",
+    "installed_sites",
+    "register_simulator",
+    "status",
+    "warn_on_drift",
 ]
 
 DISPATCH_KEY = "PrivateUse1"

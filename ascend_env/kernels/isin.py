@@ -53,9 +53,19 @@ from ascend_env.kernels.outputs import resize_output
 from ascend_env.kernels.strategies import CHUNK_BYTES, SCAN_MIN_N, STRATEGIES, choose_strategy, membership
 
 __all__ = [
-    "ATEN_KERNELS", "CHUNK_BYTES", "NATIVE_OPS", "STRATEGIES", "Scalar", "choose_strategy", "isin",
-    "isin_scalar_tensor", "isin_scalar_tensor_out", "isin_tensor_scalar", "isin_tensor_scalar_out",
-    "isin_tensor_tensor", "isin_tensor_tensor_out",
+    "ATEN_KERNELS",
+    "CHUNK_BYTES",
+    "NATIVE_OPS",
+    "STRATEGIES",
+    "Scalar",
+    "choose_strategy",
+    "isin",
+    "isin_scalar_tensor",
+    "isin_scalar_tensor_out",
+    "isin_tensor_scalar",
+    "isin_tensor_scalar_out",
+    "isin_tensor_tensor",
+    "isin_tensor_tensor_out",
 ]
 
 Scalar = Union[bool, int, float, complex]
@@ -124,7 +134,7 @@ def _refused_dtypes() -> Dict[torch.dtype, str]:
         except RuntimeError as exc:  # a missing CPU loop ("not implemented for") is no refusal
             message = str(exc)
             if message.startswith(_REFUSED):
-                refused[dtype] = message[len(_REFUSED):].split()[0]
+                refused[dtype] = message[len(_REFUSED) :].split()[0]
     return refused
 
 
@@ -347,9 +357,7 @@ def _tensor_tensor(
         dtype = _common_dtype(elements, test_elements)
     if out is None:
         return membership(elements, test_elements, dtype, invert, None, bound=bound)
-    return _write_out(
-        out, lambda dst: membership(elements, test_elements, dtype, invert, dst, bound=bound)
-    )
+    return _write_out(out, lambda dst: membership(elements, test_elements, dtype, invert, dst, bound=bound))
 
 
 def _check_bound(bound: object, *operands: Union[Tensor, Scalar]) -> None:

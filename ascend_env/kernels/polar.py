@@ -47,9 +47,18 @@ _FLOATING = (torch.float16, torch.float32, torch.float64)
 _COMPLEX = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
 # ATen's names of the dtypes in its messages (c10::toString of the ScalarType).
 _NAMES = {
-    torch.float16: "Half", torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16",
-    torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-    torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short", torch.int32: "Int",
+    torch.float16: "Half",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.bfloat16: "BFloat16",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
     torch.int64: "Long",
 }
 

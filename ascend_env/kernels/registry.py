@@ -91,8 +91,12 @@ def _matches(version: Version, specifiers: Tuple[str, ...]) -> bool:
 
 
 def _fix(
-    op: str, out: Optional[str], releases: Tuple[str, ...], reason: str = _ISIN_REASON,
-    module: str = "ascend_env.kernels.isin", host_copy: Tuple[str, ...] = (),
+    op: str,
+    out: Optional[str],
+    releases: Tuple[str, ...],
+    reason: str = _ISIN_REASON,
+    module: str = "ascend_env.kernels.isin",
+    host_copy: Tuple[str, ...] = (),
 ) -> Fix:
     """A fix for ``op``; a functional ``op`` falls back only when its ``out=`` form does too."""
     return Fix(op, reason, releases, (op,) if out is None else (op, out), module, host_copy)

@@ -24,8 +24,17 @@ from ascend_env.patching.store import DIRECTORY, STATE_FILE, read_file, state_di
 from ascend_env.utils import jsontext
 
 __all__ = [
-    "KINDS", "SCHEMA", "Entry", "State", "check_entry", "check_schema", "drift", "has_state",
-    "installed_sites", "read_document", "read_state",
+    "KINDS",
+    "SCHEMA",
+    "Entry",
+    "State",
+    "check_entry",
+    "check_schema",
+    "drift",
+    "has_state",
+    "installed_sites",
+    "read_document",
+    "read_state",
 ]
 
 SCHEMA = 1

@@ -81,7 +81,12 @@ class _Fail:
 
 
 def check_layout(
-    wheel: Path, project: str, version: str, infos: List[zipfile.ZipInfo], record: bytes, dist_info: str,
+    wheel: Path,
+    project: str,
+    version: str,
+    infos: List[zipfile.ZipInfo],
+    record: bytes,
+    dist_info: str,
     packages: Collection[str],
 ) -> Dict[str, RecordEntry]:
     """Refuse a wheel whose members' names, kinds or places are not a release's, or whose
@@ -132,10 +137,12 @@ class MemberHash:
     def check(self, wheel: Path, project: str, version: str) -> None:
         """Refuse the wheel where the bytes read differ from the row's hash or size."""
         algorithm = self.row.hash.partition("=")[0]
-        found = algorithm + record_digest(self._hash.digest())[len("sha256"):]
+        found = algorithm + record_digest(self._hash.digest())[len("sha256") :]
         if found != self.row.hash or (self.row.size and self.row.size != str(self._size)):
             raise tampered(
-                wheel, project, version,
+                wheel,
+                project,
+                version,
                 f"{self.name} differs from its RECORD row ({found}, {self._size} bytes; RECORD says "
                 f"{self.row.hash}, {self.row.size or 'no size'})",
             )

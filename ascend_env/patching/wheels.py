@@ -235,8 +235,13 @@ def _checked(source: _Source, old_info: str, packages: Set[str]) -> _Source:
     if metadata not in source.members or record not in source.members:
         raise EnvironmentProblem(f"the wheel has no {metadata} or RECORD.", "pass an unmodified wheel.")
     rows = check_layout(
-        source.wheel, source.project, source.version, source.archive.infolist(),
-        _read(source.archive, source.wheel, source.members[record]), old_info, packages,
+        source.wheel,
+        source.project,
+        source.version,
+        source.archive.infolist(),
+        _read(source.archive, source.wheel, source.members[record]),
+        old_info,
+        packages,
     )
     return replace(source, rows=rows)
 

@@ -34,8 +34,17 @@ from typing import Dict, FrozenSet, List, Optional, cast
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
 __all__ = [
-    "DEVICE", "add_torch_npu_to_path", "enable", "enable_ops", "enabled_ops", "enabled_table", "fallbacks",
-    "reset", "shim_path", "torch_npu_path", "unknown_ops",
+    "DEVICE",
+    "add_torch_npu_to_path",
+    "enable",
+    "enable_ops",
+    "enabled_ops",
+    "enabled_table",
+    "fallbacks",
+    "reset",
+    "shim_path",
+    "torch_npu_path",
+    "unknown_ops",
 ]
 
 DEVICE = "npu"
@@ -179,7 +188,8 @@ def _check_autograd_engine(torch: types.ModuleType) -> None:
             "engine cannot add a device afterwards: backward on npu tensors will fail in this process; "
             "enable the simulator before the first backward (ascend_env.sim.enable() right after "
             "'import torch'), or run the script under 'python -m ascend_env audit'",
-            RuntimeWarning, stacklevel=4,
+            RuntimeWarning,
+            stacklevel=4,
         )
         return
     atexit.register(_drain_npu_autograd, torch)

@@ -30,8 +30,16 @@ from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.utils import atomic, progress
 
 __all__ = [
-    "COMPILER_MEMORY", "LIBRARY_NAME", "SOURCE", "build_dir", "cache_root", "compile_command", "compiler",
-    "ensure_built", "killed", "load",
+    "COMPILER_MEMORY",
+    "LIBRARY_NAME",
+    "SOURCE",
+    "build_dir",
+    "cache_root",
+    "compile_command",
+    "compiler",
+    "ensure_built",
+    "killed",
+    "load",
 ]
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "sim_backend.cpp"
@@ -79,8 +87,15 @@ def compile_command(output: Path) -> List[str]:
     # importing it: on CUDA builds of torch (PyPI's x86_64 wheels before 2.4 are all CUDA builds)
     # its import prints "No CUDA runtime is found" where no GPU is.
     root = Path(torch.__file__).resolve().parent
-    command = [*shlex.split(compiler()), "-shared", "-fPIC", "-O1", "-std=c++17", "-w",
-               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    command = [
+        *shlex.split(compiler()),
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-std=c++17",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    ]
     for include in (root / "include", root / "include" / "torch" / "csrc" / "api" / "include"):
         command += ["-isystem", str(include)]
     libdir = root / "lib"
@@ -152,8 +167,11 @@ COMPILER_MEMORY = "1 GB"
 # What the compiler drivers print when the kernel killed the compiler proper they started: g++
 # >= 8 "fatal error: Killed signal terminated program cc1plus", older g++ "internal compiler
 # error: Killed (program cc1plus)", clang++ "error: unable to execute command: Killed".
-_KILLED = ("Killed signal terminated program", "internal compiler error: Killed",
-           "unable to execute command: Killed")
+_KILLED = (
+    "Killed signal terminated program",
+    "internal compiler error: Killed",
+    "unable to execute command: Killed",
+)
 
 
 def killed(returncode: int, output: str) -> bool:
@@ -222,8 +240,9 @@ def _locked(path: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            progress.say(f"waiting for another process that is building the simulated NPU's backend "
-                         f"in {path.parent}")
+            progress.say(
+                f"waiting for another process that is building the simulated NPU's backend in {path.parent}"
+            )
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
@@ -252,8 +271,9 @@ def _check_private_file(path: Path, info: os.stat_result) -> None:
     )
 
 
-_PRIVATE_FIX = ("set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write "
-                "(mkdir -m 700 DIR)")
+_PRIVATE_FIX = (
+    "set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write (mkdir -m 700 DIR)"
+)
 
 
 def _check_ancestors(root: Path) -> None:

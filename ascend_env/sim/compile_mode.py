@@ -28,17 +28,31 @@ from typing import Dict, List, MutableMapping, Optional, Tuple
 from ascend_env.detect import socs
 
 __all__ = [
-    "DEFAULT_SOC", "DEPRECATED_SOC_ENV", "HookView", "SOC_ENV", "acl_op", "allow_internal_format",
-    "chosen_soc", "export_soc", "jit_compile", "jit_compile_set", "reset", "set_allow_internal_format",
-    "set_jit_compile", "soc", "soc_assumed",
+    "DEFAULT_SOC",
+    "DEPRECATED_SOC_ENV",
+    "HookView",
+    "SOC_ENV",
+    "acl_op",
+    "allow_internal_format",
+    "chosen_soc",
+    "export_soc",
+    "jit_compile",
+    "jit_compile_set",
+    "reset",
+    "set_allow_internal_format",
+    "set_jit_compile",
+    "soc",
+    "soc_assumed",
 ]
 
 SOC_ENV = "ASCEND_ENV_SOC"
 #: The simulated SoC's old variable (verify's alone): still read where ``$ASCEND_ENV_SOC`` is unset.
 DEPRECATED_SOC_ENV = "ASCEND_ENV_SIM_SOC"
 DEFAULT_SOC = "Ascend910B1"
-_DEPRECATED = (f"${DEPRECATED_SOC_ENV} is deprecated: set ${SOC_ENV} instead (one variable names the SoC "
-               "for detect, audit, verify and the startup hook)")
+_DEPRECATED = (
+    f"${DEPRECATED_SOC_ENV} is deprecated: set ${SOC_ENV} instead (one variable names the SoC "
+    "for detect, audit, verify and the startup hook)"
+)
 
 # What the process set at run time; a missing key means "as the device starts".
 _SETTINGS: Dict[str, bool] = {}

@@ -20,16 +20,59 @@ from typing import Any, Dict, List, Optional, Tuple
 from ascend_env.sim import compile_mode
 
 __all__ = [
-    "is_initialized", "init", "synchronize", "device_count", "can_device_access_peer", "set_device",
-    "current_device", "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info",
-    "is_available", "device", "device_of", "stream", "set_stream", "current_stream", "default_stream",
-    "utilization", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "empty_cache",
-    "memory_stats", "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
-    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",
-    "max_memory_cached", "memory_summary", "Stream", "Event", "set_option", "set_compile_mode",
-    "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "is_jit_compile_false",
-    "get_amp_supported_dtype", "is_autocast_enabled", "is_bf16_supported", "set_autocast_enabled",
-    "get_autocast_dtype", "set_autocast_dtype", "config", "get_soc_version",
+    "is_initialized",
+    "init",
+    "synchronize",
+    "device_count",
+    "can_device_access_peer",
+    "set_device",
+    "current_device",
+    "get_device_name",
+    "get_device_properties",
+    "get_device_capability",
+    "mem_get_info",
+    "is_available",
+    "device",
+    "device_of",
+    "stream",
+    "set_stream",
+    "current_stream",
+    "default_stream",
+    "utilization",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "empty_cache",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "memory_cached",
+    "max_memory_cached",
+    "memory_summary",
+    "Stream",
+    "Event",
+    "set_option",
+    "set_compile_mode",
+    "get_rng_state",
+    "set_rng_state",
+    "get_rng_state_all",
+    "set_rng_state_all",
+    "is_jit_compile_false",
+    "get_amp_supported_dtype",
+    "is_autocast_enabled",
+    "is_bf16_supported",
+    "set_autocast_enabled",
+    "get_autocast_dtype",
+    "set_autocast_dtype",
+    "config",
+    "get_soc_version",
 ]
 
 # The device memory the simulated card reports (an Ascend910B1's 64 GiB of HBM).
@@ -44,6 +87,7 @@ def _torch() -> types.ModuleType:
 
 
 # ------------------------------------------------------------------ devices
+
 
 def is_available() -> bool:
     return True
@@ -161,6 +205,7 @@ class device_of(device):  # noqa: N801
 
 # ------------------------------------------------------------------ streams and events
 
+
 def _stream_bases() -> Tuple[type, type]:
     """The classes torch's dynamo wants device streams and events to derive from, where it checks
     (torch 2.2 to 2.4: the abstract ``torch._streambase._StreamBase`` / ``_EventBase``, asserted when
@@ -224,8 +269,9 @@ class Stream(_STREAM_BASE):  # type: ignore[misc, valid-type]
 class Event(_EVENT_BASE):  # type: ignore[misc, valid-type]
     """An NPU event; ``elapsed_time`` measures host time between two ``record()`` calls."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False) -> None:
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> None:
         self.enable_timing = enable_timing
         self._recorded: Optional[float] = None
 
@@ -280,6 +326,7 @@ class stream:  # noqa: N801 - torch.cuda.stream's name
 
 # ------------------------------------------------------------------ memory
 
+
 def _counts() -> Tuple[int, int]:
     allocated, peak = _torch().ops.ascend_sim.memory_stats()
     return int(allocated), int(peak)
@@ -319,8 +366,10 @@ def mem_get_info(device: Optional[Any] = None) -> Tuple[int, int]:
 def memory_stats(device: Optional[Any] = None) -> Dict[str, int]:
     allocated, peak = _counts()
     return {
-        "allocated_bytes.all.current": allocated, "allocated_bytes.all.peak": peak,
-        "reserved_bytes.all.current": allocated, "reserved_bytes.all.peak": peak,
+        "allocated_bytes.all.current": allocated,
+        "allocated_bytes.all.peak": peak,
+        "reserved_bytes.all.current": allocated,
+        "reserved_bytes.all.peak": peak,
     }
 
 
@@ -330,6 +379,7 @@ def memory_summary(device: Optional[Any] = None, abbreviated: bool = False) -> s
 
 
 # ------------------------------------------------------------------ random numbers
+
 
 def _default_generator() -> Any:
     return _torch().ops.ascend_sim.default_generator()
@@ -375,11 +425,21 @@ def set_rng_state_all(new_states: List[Any]) -> None:
         set_rng_state(state)
 
 
-_RANDOM_NAMES = ["get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed",
-                 "manual_seed_all", "seed", "seed_all", "initial_seed"]
+_RANDOM_NAMES = [
+    "get_rng_state",
+    "get_rng_state_all",
+    "set_rng_state",
+    "set_rng_state_all",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+]
 
 
 # ------------------------------------------------------------------ autocast
+
 
 def get_amp_supported_dtype() -> List[Any]:
     torch = _torch()
@@ -409,6 +469,7 @@ def set_autocast_dtype(dtype: Any) -> None:
 
 
 # ------------------------------------------------------------------ compile settings
+
 
 def set_compile_mode(jit_compile: bool = False) -> None:
     """``torch_npu.npu.set_compile_mode``: JIT compile on (every op on acl_op) or off."""
@@ -467,6 +528,7 @@ config = _NpuConfig()
 
 # ------------------------------------------------------------------ submodules
 
+
 def _submodule(name: str, members: Dict[str, Any]) -> types.ModuleType:
     """``torch_npu.npu.<name>``, registered in sys.modules with ``__all__`` (transfer_to_npu
     copies each module's ``__all__`` onto the matching ``torch.cuda`` module)."""
@@ -486,12 +548,16 @@ def _amp_members() -> Dict[str, Any]:
     class autocast(torch.amp.autocast):  # noqa: N801 - torch_npu.npu.amp.autocast
         """``torch.npu.amp.autocast(...)``: ``torch.autocast("npu", ...)``."""
 
-        def __init__(self, enabled: bool = True, dtype: Any = torch.float16,
-                     cache_enabled: bool = True) -> None:
+        def __init__(
+            self, enabled: bool = True, dtype: Any = torch.float16, cache_enabled: bool = True
+        ) -> None:
             super().__init__("npu", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
-    members: Dict[str, Any] = {"autocast": autocast, "custom_fwd": torch.cuda.amp.custom_fwd,
-                               "custom_bwd": torch.cuda.amp.custom_bwd}
+    members: Dict[str, Any] = {
+        "autocast": autocast,
+        "custom_fwd": torch.cuda.amp.custom_fwd,
+        "custom_bwd": torch.cuda.amp.custom_bwd,
+    }
     scaler = getattr(torch.amp, "GradScaler", None)  # device-generic from torch 2.3
     if scaler is not None:
 
@@ -509,9 +575,11 @@ _LAZY_SUBMODULES = {"amp": _amp_members}
 
 
 def _missing(where: str, name: str) -> str:
-    return (f"the simulated torch_npu has no {where}.{name}; ascend-env's simulator models torch_npu's "
-            "device, stream, event, memory, random-number and compile-mode API, transfer_to_npu, and "
-            "npu_fusion_attention (see ascend_env/sim/device.py)")
+    return (
+        f"the simulated torch_npu has no {where}.{name}; ascend-env's simulator models torch_npu's "
+        "device, stream, event, memory, random-number and compile-mode API, transfer_to_npu, and "
+        "npu_fusion_attention (see ascend_env/sim/device.py)"
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -47,13 +47,17 @@ def _all() -> Dict[str, OpPaths]:
     for record in records:
         for kind in sets:
             sets[kind] = (sets[kind] - set(record[f"{kind}_removed"])) | set(record[f"{kind}_added"])
-        warnings = tuple(Warning64(w["file"], int(w["line"]), w["text"], bool(w["scalar_other"]))
-                         for w in record["warnings"])
+        warnings = tuple(
+            Warning64(w["file"], int(w["line"]), w["text"], bool(w["scalar_other"]))
+            for w in record["warnings"]
+        )
         same_as = record.get("same_as")
-        source = (f"op-plugin {record['op_plugin_commit']} ({record['pytorch_tag']})"
-                  + (f", as torch_npu {same_as}: no release tag of its own" if same_as else ""))
-        found[record["version"]] = OpPaths(record["version"], frozenset(sets["op_api"]),
-                                           frozenset(sets["acl_op"]), warnings, source)
+        source = f"op-plugin {record['op_plugin_commit']} ({record['pytorch_tag']})" + (
+            f", as torch_npu {same_as}: no release tag of its own" if same_as else ""
+        )
+        found[record["version"]] = OpPaths(
+            record["version"], frozenset(sets["op_api"]), frozenset(sets["acl_op"]), warnings, source
+        )
     return found
 
 

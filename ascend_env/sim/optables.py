@@ -20,7 +20,13 @@ from packaging.version import InvalidVersion, Version
 from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem, UsageError
 
 __all__ = [
-    "DATA_FILE", "canonical", "has_fallback_disable", "load", "nearest", "newest", "read_releases",
+    "DATA_FILE",
+    "canonical",
+    "has_fallback_disable",
+    "load",
+    "nearest",
+    "newest",
+    "read_releases",
     "releases",
 ]
 

@@ -41,9 +41,28 @@ from ascend_env.sim import compile_mode, oppaths, steps
 from ascend_env.sim.reports import Counts, GuardRecord, PathsReport, RunReport, Span, Steady, Warning64Record
 
 __all__ = [
-    "COPY_TO_HOST", "DATA_DEPENDENT", "DEVICE", "ENV", "INDEX_OPS", "INFRASTRUCTURE", "LOG_LEVEL",
-    "QUIET_LOG_LEVELS", "RANK", "STEADY_FROM", "SYNC_OPS", "WARNING_SWITCHES", "WARN_OPS", "Bucket", "Model",
-    "active", "most_first", "report", "start", "start_from_environment", "steady_compiles", "steady_state",
+    "COPY_TO_HOST",
+    "DATA_DEPENDENT",
+    "DEVICE",
+    "ENV",
+    "INDEX_OPS",
+    "INFRASTRUCTURE",
+    "LOG_LEVEL",
+    "QUIET_LOG_LEVELS",
+    "RANK",
+    "STEADY_FROM",
+    "SYNC_OPS",
+    "WARNING_SWITCHES",
+    "WARN_OPS",
+    "Bucket",
+    "Model",
+    "active",
+    "most_first",
+    "report",
+    "start",
+    "start_from_environment",
+    "steady_compiles",
+    "steady_state",
     "warnings_silenced",
 ]
 
@@ -55,10 +74,20 @@ STEADY_FROM = 2
 # Ops that read device memory on the host (the stream must drain first).
 SYNC_OPS = frozenset({"_local_scalar_dense", "is_nonzero", "item", "equal"})
 # Ops whose output shape depends on the data: the host waits for the result to size it.
-DATA_DEPENDENT = frozenset({
-    "nonzero", "nonzero_numpy", "masked_select", "_unique", "_unique2", "unique_dim",
-    "unique_consecutive", "unique_dim_consecutive", "bincount", "repeat_interleave.Tensor",
-})
+DATA_DEPENDENT = frozenset(
+    {
+        "nonzero",
+        "nonzero_numpy",
+        "masked_select",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "unique_dim_consecutive",
+        "bincount",
+        "repeat_interleave.Tensor",
+    }
+)
 INDEX_OPS = frozenset({"index.Tensor", "index_put", "index_put_", "_index_put_impl_"})
 # Copies that can move device data to the host. torch_npu registers to.device / to.dtype_layout /
 # to.other itself, so they reach the dispatch mode before becoming _to_copy.
@@ -72,19 +101,32 @@ COPY_TO_HOST = frozenset({"_to_copy", "to", "copy_", "_copy_from", "_copy_from_a
 # scalar, promoted type int64); GatherKernelNpu.cpp and IndexSelectKernelNpu.cpp when self is int64.
 WARN_OPS: Dict[str, frozenset[str]] = {
     "AddKernelNpu.cpp": frozenset({"add.Tensor", "add_.Tensor", "add.out"}),
-    "NeKernelNpu.cpp": frozenset({"ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar",
-                                  "ne.Scalar_out"}),
+    "NeKernelNpu.cpp": frozenset(
+        {"ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar", "ne.Scalar_out"}
+    ),
     "GatherKernelNpu.cpp": frozenset({"gather", "gather.out"}),
     "IndexSelectKernelNpu.cpp": frozenset({"index_select", "index_select.out"}),
 }
 DEVICE = "npu"
 # The kernels the simulator registers whatever the table: kInfrastructure in sim/csrc/sim_backend.cpp
 # (tests/unit/test_paths.py reads it there).
-INFRASTRUCTURE = frozenset({
-    "is_pinned", "_pin_memory", "empty.memory_format", "empty_strided", "_copy_from", "_copy_from_and_resize",
-    "resize_", "as_strided", "set_.source_Storage_storage_offset", "set_.source_Storage",
-    "set_.source_Tensor", "view", "_reshape_alias",
-})
+INFRASTRUCTURE = frozenset(
+    {
+        "is_pinned",
+        "_pin_memory",
+        "empty.memory_format",
+        "empty_strided",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "resize_",
+        "as_strided",
+        "set_.source_Storage_storage_offset",
+        "set_.source_Storage",
+        "set_.source_Tensor",
+        "view",
+        "_reshape_alias",
+    }
+)
 # What silences torch_npu's warnings, as warnings_silenced() in sim/csrc/sim_backend.cpp reads it
 # (tests/unit/test_paths.py reads it there): a RANK other than 0, a switch set to 1, a log level.
 RANK = "RANK"
@@ -119,11 +161,14 @@ class Bucket:
 
     def to_json(self) -> Counts:
         return {
-            "would_compile": sum(self.compiles.values()), "host_syncs": sum(self.syncs.values()),
-            "warnings_64bit": sum(self.warnings.values()), "paths": dict(sorted(self.paths.items())),
+            "would_compile": sum(self.compiles.values()),
+            "host_syncs": sum(self.syncs.values()),
+            "warnings_64bit": sum(self.warnings.values()),
+            "paths": dict(sorted(self.paths.items())),
             "would_compile_by_op": most_first(self.compiles),
             "would_compile_by_site": most_first(self.compile_sites),
-            "host_syncs_by_op": most_first(self.syncs), "host_syncs_by_site": most_first(self.sync_sites),
+            "host_syncs_by_op": most_first(self.syncs),
+            "host_syncs_by_site": most_first(self.sync_sites),
             "warnings_64bit_by_site": most_first(self.warnings),
         }
 
@@ -245,8 +290,15 @@ class Model:
             record["count"] += 1
             return
         printed = not warnings_silenced()
-        self.warned[key] = {"file": warning.file, "line": warning.line, "op": name, "text": warning.text,
-                            "site": self.site(), "count": 1, "printed": printed}
+        self.warned[key] = {
+            "file": warning.file,
+            "line": warning.line,
+            "op": name,
+            "text": warning.text,
+            "site": self.site(),
+            "count": 1,
+            "printed": printed,
+        }
         if printed:
             _write_fd2(f"[W {warning.file}:{warning.line}] Warning: {warning.text} (function operator())\n")
 
@@ -265,15 +317,29 @@ class Model:
         runs: List[RunReport] = []
         for run in self.runs:
             steps = [bucket.to_json() for bucket in run.steps]
-            runs.append({"steps": steps, "after": (run.after or Bucket()).to_json(),
-                         "steady": steady_state(steps), "site": run.site, "mode": run.mode})
+            runs.append(
+                {
+                    "steps": steps,
+                    "after": (run.after or Bucket()).to_json(),
+                    "steady": steady_state(steps),
+                    "site": run.site,
+                    "mode": run.mode,
+                }
+            )
         return {
-            "soc": compile_mode.soc(), "soc_assumed": compile_mode.soc_assumed(),
-            "jit_compile": compile_mode.jit_compile(), "jit_compile_set": compile_mode.jit_compile_set(),
-            "op_paths": self.data.version, "op_paths_source": self.data.source, "steady_from": STEADY_FROM,
-            "totals": self.totals.to_json(), "outside_generate": self.outside.to_json(), "generate": runs,
+            "soc": compile_mode.soc(),
+            "soc_assumed": compile_mode.soc_assumed(),
+            "jit_compile": compile_mode.jit_compile(),
+            "jit_compile_set": compile_mode.jit_compile_set(),
+            "op_paths": self.data.version,
+            "op_paths_source": self.data.source,
+            "steady_from": STEADY_FROM,
+            "totals": self.totals.to_json(),
+            "outside_generate": self.outside.to_json(),
+            "generate": runs,
             "warnings_64bit": sorted(self.warned.values(), key=lambda w: (w["file"], w["line"])),
-            "errors": self.errors[:5], "compile_guard": _guard_record(),
+            "errors": self.errors[:5],
+            "compile_guard": _guard_record(),
         }
 
 
@@ -282,10 +348,13 @@ def steady_state(steps: List[Counts]) -> Optional[Steady]:
     tail = steps[STEADY_FROM:]
     if not tail:
         return None
-    return {"steps": len(tail), "first": STEADY_FROM,
-            "would_compile": _span([step["would_compile"] for step in tail]),
-            "host_syncs": _span([step["host_syncs"] for step in tail]),
-            "warnings_64bit": _span([step["warnings_64bit"] for step in tail])}
+    return {
+        "steps": len(tail),
+        "first": STEADY_FROM,
+        "would_compile": _span([step["would_compile"] for step in tail]),
+        "host_syncs": _span([step["host_syncs"] for step in tail]),
+        "warnings_64bit": _span([step["warnings_64bit"] for step in tail]),
+    }
 
 
 def _span(values: List[int]) -> Span:
@@ -392,8 +461,12 @@ def _host_sync(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool
             return any(_host_device(target) for target in list(args[1:]) + list(kwargs.values()))
         # copy_(self=destination, src): a device source written into a host tensor
         dst, src = (args + (None, None))[:2]
-        return isinstance(dst, torch.Tensor) and dst.device.type == "cpu" and \
-            isinstance(src, torch.Tensor) and src.device.type == DEVICE
+        return (
+            isinstance(dst, torch.Tensor)
+            and dst.device.type == "cpu"
+            and isinstance(src, torch.Tensor)
+            and src.device.type == DEVICE
+        )
     return False
 
 
@@ -480,8 +553,11 @@ def start() -> Model:
     if data is None:
         raise UsageError(
             f"no op-path data for the simulated table {label!r}, so the dispatch paths cannot be modelled.",
-            "audit with --torch-npu and one of " + ", ".join(oppaths.releases()[-5:]) + " (or any of "
-            + str(len(oppaths.releases())) + " known releases)",
+            "audit with --torch-npu and one of "
+            + ", ".join(oppaths.releases()[-5:])
+            + " (or any of "
+            + str(len(oppaths.releases()))
+            + " known releases)",
         )
     compile_mode.soc()  # a bad $ASCEND_ENV_SOC fails here, before anything runs
     model = Model(data, sim.enabled_ops())

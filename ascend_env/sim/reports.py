@@ -17,8 +17,16 @@ from __future__ import annotations
 from typing import Dict, List, Optional, TypedDict
 
 __all__ = [
-    "Counts", "GuardRecord", "LastFacts", "PathsReport", "ProcessEnd", "ProcessReport", "RunReport", "Span",
-    "Steady", "Warning64Record",
+    "Counts",
+    "GuardRecord",
+    "LastFacts",
+    "PathsReport",
+    "ProcessEnd",
+    "ProcessReport",
+    "RunReport",
+    "Span",
+    "Steady",
+    "Warning64Record",
 ]
 
 

@@ -38,8 +38,18 @@ from ascend_env import sim
 from ascend_env.sim.reports import LastFacts
 
 __all__ = [
-    "AUTOLOAD", "FALLBACK_DISABLE", "LABEL", "OPLISTS", "TORCH_NPU", "VARIABLES", "Started", "autoload",
-    "counts", "enable", "last_facts", "start",
+    "AUTOLOAD",
+    "FALLBACK_DISABLE",
+    "LABEL",
+    "OPLISTS",
+    "TORCH_NPU",
+    "VARIABLES",
+    "Started",
+    "autoload",
+    "counts",
+    "enable",
+    "last_facts",
+    "start",
 ]
 
 TORCH_NPU = "ASCEND_ENV_AUDIT_TORCH_NPU"

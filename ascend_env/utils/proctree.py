@@ -27,7 +27,14 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 __all__ = [
-    "TICK", "Member", "Tree", "child_subreaper", "death_signal", "python_flags", "start_time", "stop",
+    "TICK",
+    "Member",
+    "Tree",
+    "child_subreaper",
+    "death_signal",
+    "python_flags",
+    "start_time",
+    "stop",
     "watch",
 ]
 
@@ -130,7 +137,8 @@ class Tree:
             for pid, found in list(new):
                 state, ppid, start = found[0], found[1], found[4]
                 if (ppid in self.members and not self.members[ppid].ended) or (
-                        ppid == self.root and start >= self.since):
+                    ppid == self.root and start >= self.since
+                ):
                     member = Member(pid, start, ppid)
                     member.state = state
                     self.members[pid] = member
@@ -152,8 +160,11 @@ class Tree:
     def zombie_orphans(self, keep: int) -> List[int]:
         """Zombies whose parent is the root (reparented orphans), but for ``keep`` (the command,
         which subprocess reaps)."""
-        return [m.pid for m in self.members.values()
-                if not m.ended and m.state == "Z" and m.ppid == self.root and m.pid != keep]
+        return [
+            m.pid
+            for m in self.members.values()
+            if not m.ended and m.state == "Z" and m.ppid == self.root and m.pid != keep
+        ]
 
 
 def _read(path: str) -> Optional[bytes]:
@@ -178,7 +189,7 @@ def _stat(pid: int) -> Optional[Tuple[str, int, int, int, int]]:
     if data is None:
         return None
     text = data.decode("ascii", "replace")
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
     try:
         return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     except (IndexError, ValueError):

@@ -30,8 +30,17 @@ from contextlib import contextmanager
 from typing import Iterator, Mapping, MutableMapping, Optional, Tuple
 
 __all__ = [
-    "FD_VARIABLE", "NORMAL", "PREFIX", "QUIET", "VARIABLE", "VERBOSE", "forwarded", "level", "say",
-    "set_level", "step",
+    "FD_VARIABLE",
+    "NORMAL",
+    "PREFIX",
+    "QUIET",
+    "VARIABLE",
+    "VERBOSE",
+    "forwarded",
+    "level",
+    "say",
+    "set_level",
+    "step",
 ]
 
 VARIABLE = "ASCEND_ENV_VERBOSITY"

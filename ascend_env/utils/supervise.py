@@ -37,7 +37,13 @@ from typing import (
 from ascend_env.utils import proctree
 
 __all__ = [
-    "GRACE_SECONDS", "LINGER_SECONDS", "Interrupted", "NotStarted", "Output", "Supervised", "supervise",
+    "GRACE_SECONDS",
+    "LINGER_SECONDS",
+    "Interrupted",
+    "NotStarted",
+    "Output",
+    "Supervised",
+    "supervise",
 ]
 
 #: After the command exits, how long the processes it left behind may take to end by themselves.
@@ -83,8 +89,12 @@ def _nothing_reported() -> Set[int]:
 
 
 def supervise(
-    command: Sequence[str], env: Mapping[str, str], scratch: Path, scratch_variable: str,
-    timeout: Optional[float] = None, stdout: Output = None,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    scratch: Path,
+    scratch_variable: str,
+    timeout: Optional[float] = None,
+    stdout: Output = None,
     reported: Callable[[], Set[int]] = _nothing_reported,
 ) -> Supervised:
     """Run ``command`` with ``env`` (which names ``scratch`` as ``scratch_variable``); stop it after
@@ -102,13 +112,21 @@ def supervise(
             with signals.holding():  # a signal now is raised once the command can be stopped
                 try:
                     # It dies with this process (the watchdog stops the rest of its tree).
-                    proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True,
-                                            stdout=stdout, preexec_fn=proctree.death_signal())
+                    proc = subprocess.Popen(
+                        list(command),
+                        env=dict(env),
+                        start_new_session=True,
+                        stdout=stdout,
+                        preexec_fn=proctree.death_signal(),
+                    )
                 except OSError as exc:
                     raise NotStarted(command[0], exc) from None
                 watchdog = _Watchdog(scratch, scratch_variable, proc.pid)
-                tree = proctree.Tree(os.getpid(), exclude=[watchdog.pid] if watchdog.pid else [],
-                                     since=proctree.start_time(proc.pid) or 0)
+                tree = proctree.Tree(
+                    os.getpid(),
+                    exclude=[watchdog.pid] if watchdog.pid else [],
+                    since=proctree.start_time(proc.pid) or 0,
+                )
             run = _Run(proc, tree, watchdog, reported, signals)
             try:
                 signals.release()
@@ -130,8 +148,14 @@ def supervise(
 class _Run:
     """The command being supervised: its leader, its tree and the watchdog."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], tree: proctree.Tree, watchdog: _Watchdog,
-                 reported: Callable[[], Set[int]], signals: _Signals) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        tree: proctree.Tree,
+        watchdog: _Watchdog,
+        reported: Callable[[], Set[int]],
+        signals: _Signals,
+    ) -> None:
         self.proc = proc
         self.tree = tree
         self.watchdog = watchdog
@@ -263,11 +287,25 @@ class _Watchdog:
     def __init__(self, scratch: Path, variable: str, group: int) -> None:
         self.proc: Optional[subprocess.Popen[str]] = None
         self.told: Set[Tuple[int, int]] = set()
-        command: List[str] = [sys.executable, "-I", "-S", proctree.__file__, "watch", str(scratch), variable,
-                              str(group)]
+        command: List[str] = [
+            sys.executable,
+            "-I",
+            "-S",
+            proctree.__file__,
+            "watch",
+            str(scratch),
+            variable,
+            str(group),
+        ]
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
         except OSError:  # no watchdog: a killed supervisor then leaves what a killed command leaves
             self.proc = None
 

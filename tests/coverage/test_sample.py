@@ -32,8 +32,12 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Dict[str, Any]:
     data = tmp_path_factory.mktemp("coverage") / "coverage.json"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "coverage_matrix.py"), "run", "--sample",
-                           "--data", str(data)], capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "coverage_matrix.py"), "run", "--sample", "--data", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert data.is_file(), done.stderr[-3000:]
     (record,) = coverage_matrix.load(data)["runs"].values()
     return {"returncode": done.returncode, "stdout": done.stdout, "record": record}

@@ -102,8 +102,8 @@ class Tree:
         self.counts = counts
         self.pristine = root / "pristine"
         self.site = root / "site-packages"
-        installed = None if os.environ.get("ASCEND_ENV_RELIABILITY_TREE") == "fake" else (
-            _installed_transformers()
+        installed = (
+            None if os.environ.get("ASCEND_ENV_RELIABILITY_TREE") == "fake" else (_installed_transformers())
         )
         if installed is not None:
             source, dist_info = installed
@@ -157,8 +157,16 @@ class Tree:
     # -- running ------------------------------------------------------------------------------------
 
     def install_args(self, *extra: str) -> List[str]:
-        return ["install", "--target", str(self.site), "--patches", "always",
-                "--patches-dir", str(self.patches), *extra]
+        return [
+            "install",
+            "--target",
+            str(self.site),
+            "--patches",
+            "always",
+            "--patches-dir",
+            str(self.patches),
+            *extra,
+        ]
 
     def restore_args(self, *extra: str) -> List[str]:
         return ["restore", "--target", str(self.site), *extra]

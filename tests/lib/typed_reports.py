@@ -27,8 +27,11 @@ def unknown_keys(
         return wrong
     origin, args = getattr(kind, "__origin__", None), getattr(kind, "__args__", ())
     if origin is dict and isinstance(value, dict):
-        return [wrong for key, item in value.items()
-                for wrong in unknown_keys(item, args[1], localns, f"{where}{key}.")]
+        return [
+            wrong
+            for key, item in value.items()
+            for wrong in unknown_keys(item, args[1], localns, f"{where}{key}.")
+        ]
     if origin is list and isinstance(value, list):
         return [w for item in value for w in unknown_keys(item, args[0], localns, where)]
     if origin is typing.Union:

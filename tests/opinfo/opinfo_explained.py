@@ -24,7 +24,9 @@ KERNEL_CHOICE = (
 
 EXPLAINED: Dict[str, Tuple[FrozenSet[str], str]] = {
     "nn.functional.scaled_dot_product_attention": (
-        frozenset({"forward-differs", "grad-differs"}), KERNEL_CHOICE),
+        frozenset({"forward-differs", "grad-differs"}),
+        KERNEL_CHOICE,
+    ),
     "to_sparse": (frozenset({"forward-raises", "output-on-cpu"}), SPARSE),
     "sparse.sampled_addmm": (frozenset({"forward-raises"}), SPARSE),
     "sparse.mm.reduce": (frozenset({"forward-raises"}), SPARSE),

@@ -55,14 +55,17 @@ def sweeps(torch_version: str) -> List[Sweep]:
     if own in USERS_RELEASE:
         home = USERS_RELEASE[own]
         others = [table for table in releases if line(table) == own and table != home]
-        return ([Sweep(home, dtype) for dtype in DTYPES]
-                + [Sweep(table, "float32", index, len(others)) for index, table in enumerate(others)])
+        return [Sweep(home, dtype) for dtype in DTYPES] + [
+            Sweep(table, "float32", index, len(others)) for index, table in enumerate(others)
+        ]
     full = [optables.newest(), USERS_RELEASE["2.1"]]
     newest_of_line = {}
     for table in releases:
         newest_of_line[line(table)] = table
-    others = [table for name, table in newest_of_line.items()
-              if name not in USERS_RELEASE and table not in full]
-    return ([Sweep(table, dtype) for table in full for dtype in DTYPES]
-            + [Sweep(table, "float32", index % SHARDS_PER_LINE, SHARDS_PER_LINE)
-               for index, table in enumerate(others)])
+    others = [
+        table for name, table in newest_of_line.items() if name not in USERS_RELEASE and table not in full
+    ]
+    return [Sweep(table, dtype) for table in full for dtype in DTYPES] + [
+        Sweep(table, "float32", index % SHARDS_PER_LINE, SHARDS_PER_LINE)
+        for index, table in enumerate(others)
+    ]

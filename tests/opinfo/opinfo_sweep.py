@@ -94,8 +94,9 @@ def _compare(npu: Sequence[Any], cpu: Sequence[Any], what: str) -> None:
             if not isinstance(a, torch.Tensor):
                 raise Difference(f"{what}-differs", f"#{index}: {type(a).__name__} on npu, a tensor on CPU")
             if b.device.type == "cpu" and a.device.type != "npu" and b.numel() > 0:
-                raise Difference(f"{'output' if what == 'forward' else 'grad'}-on-cpu",
-                                 f"#{index} is on {a.device}")
+                raise Difference(
+                    f"{'output' if what == 'forward' else 'grad'}-on-cpu", f"#{index} is on {a.device}"
+                )
             try:
                 torch.testing.assert_close(a.cpu(), b, equal_nan=True)
             except AssertionError as exc:
@@ -114,8 +115,11 @@ def _grad_targets(sample: Any) -> List[Any]:
 def _outputs_needing_grad(out: Any) -> List[Tuple[int, Any]]:
     import torch
 
-    return [(i, t) for i, t in enumerate(_flatten(out))
-            if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())]
+    return [
+        (i, t)
+        for i, t in enumerate(_flatten(out))
+        if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+    ]
 
 
 def _run(op: Any, sample: Any, memo: Dict[int, Any], device: str) -> Any:
@@ -139,8 +143,11 @@ def check_sample(op: Any, sample: Any) -> bool:
         cpu_inputs = [cpu_memo[id(t)] for t in targets]
         generator = torch.Generator().manual_seed(COTANGENT_SEED)
         cotangents = [torch.randn(t.shape, dtype=t.dtype, generator=generator) for _, t in cpu_outs]
-        cpu_grads = (torch.autograd.grad([t for _, t in cpu_outs], cpu_inputs, cotangents, allow_unused=True)
-                     if cpu_outs and cpu_inputs else ())
+        cpu_grads = (
+            torch.autograd.grad([t for _, t in cpu_outs], cpu_inputs, cotangents, allow_unused=True)
+            if cpu_outs and cpu_inputs
+            else ()
+        )
     except Exception:  # noqa: BLE001 - a sample the CPU rejects says nothing about the npu
         return False
     npu_memo: Dict[int, Any] = {}
@@ -263,7 +270,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ops = ops[index::count]
     if options.after:
         names = [opinfo_name(op) for op in ops]
-        ops = ops[names.index(options.after) + 1:] if options.after in names else ops
+        ops = ops[names.index(options.after) + 1 :] if options.after in names else ops
     emit: Callable[[Dict[str, Any]], None] = lambda record: print(json.dumps(record), flush=True)  # noqa: E731
     for op in ops:
         name = opinfo_name(op)

@@ -35,8 +35,19 @@ def run_sweep(sweep: opinfo_plan.Sweep) -> List[Dict[str, Any]]:
     records: List[Dict[str, Any]] = []
     after: List[str] = []
     for _ in range(RESTARTS + 1):
-        command = [sys.executable, str(SWEEP), "--table", sweep.table, "--dtype", sweep.dtype, "--shard",
-                   f"{sweep.shard}/{sweep.shards}", "--samples", str(opinfo_plan.samples()), *after]
+        command = [
+            sys.executable,
+            str(SWEEP),
+            "--table",
+            sweep.table,
+            "--dtype",
+            sweep.dtype,
+            "--shard",
+            f"{sweep.shard}/{sweep.shards}",
+            "--samples",
+            str(opinfo_plan.samples()),
+            *after,
+        ]
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
         lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
         records += [line for line in lines if "op" in line]
@@ -50,6 +61,7 @@ def run_sweep(sweep: opinfo_plan.Sweep) -> List[Dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ the checker, on ops made to differ
+
 
 class _Sample:
     def __init__(self, *tensors: torch.Tensor) -> None:
@@ -122,6 +134,9 @@ def test_opinfo_samples_give_the_cpus_results_and_gradients(sweep):
     compared = [r for r in records if r["outcome"] != "cpu-fails"]
     # The sweep compared something: most OpInfos run on the CPU (a broken sample set would not).
     assert len(compared) >= 0.95 * len(records) > 0, [r for r in records if r["outcome"] == "cpu-fails"]
-    unexplained = [f"{r['op']}: {r['outcome']}: {r['detail']}" for r in compared
-                   if r["outcome"] != "same" and not opinfo_explained.explains(r["op"], r["outcome"])]
+    unexplained = [
+        f"{r['op']}: {r['outcome']}: {r['detail']}"
+        for r in compared
+        if r["outcome"] != "same" and not opinfo_explained.explains(r["op"], r["outcome"])
+    ]
     assert not unexplained, "\n".join(unexplained)

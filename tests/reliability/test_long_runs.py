@@ -22,7 +22,10 @@ FUZZ_EXAMPLES = int(os.environ.get("ASCEND_ENV_RELIABILITY_FUZZ", "2000"))
 def run_suite(test_file: str, env: dict) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(UNIT / test_file), "-q", "-p", "no:cacheprovider"],
-        capture_output=True, text=True, timeout=1800, env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, **env},
     )
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
@@ -41,6 +44,8 @@ def test_crash_and_concurrency_long():
 
 
 def test_fuzz_long():
-    counts = run_suite("test_fuzz_parsers.py", {"ASCEND_ENV_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES),
-                                                "ASCEND_ENV_FUZZ_RANDOM": "1"})
+    counts = run_suite(
+        "test_fuzz_parsers.py",
+        {"ASCEND_ENV_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES), "ASCEND_ENV_FUZZ_RANDOM": "1"},
+    )
     assert counts["fuzz_inputs"] >= 7 * FUZZ_EXAMPLES * 9 // 10, counts

@@ -51,8 +51,15 @@ def tiny_model(kind: str):
             "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
             "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
         }[kind]
-        config = config_cls(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                            num_key_value_heads=2, max_position_embeddings=64, **common)
+        config = config_cls(
+            num_hidden_layers=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            **common,
+        )
     torch.manual_seed(0)
     return cls(config).eval()
 
@@ -65,7 +72,10 @@ def generate(model, device: str, case: str):
     torch.manual_seed(SEED)
     with torch.no_grad():
         out = model.to(device).generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW_TOKENS, pad_token_id=PAD,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=MAX_NEW_TOKENS,
+            pad_token_id=PAD,
             **CASES[case],
         )
     assert out.device.type == torch.device(device).type
@@ -77,12 +87,23 @@ def run_python(
 ) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python (this interpreter), with ``env`` added to the environment."""
     full_env = dict(os.environ)
-    for name in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL",
-                 "TORCH_NPU_FALLBACK_CPU_DISABLE"):
+    for name in (
+        "RANK",
+        "TORCH_NPU_DISABLED_WARNING",
+        "TORCH_NPU_WARNING_DISABLE",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_NPU_FALLBACK_CPU_DISABLE",
+    ):
         full_env.pop(name, None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
 
 
 @pytest.fixture(scope="session")

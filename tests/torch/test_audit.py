@@ -98,8 +98,10 @@ def test_without_torch_npu_the_oldest_table_runs_and_says_so(capsys, script):
     assert code == 1 and report["fallbacks"] == {ISIN_OUT: 2}
     main(["audit", "--", sys.executable, script])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("audit: torch_npu 2.1.0.post3 op table on the simulated NPU (no --torch-npu and "
-                             "no torch_npu installed: the oldest known release")
+    assert out[0].startswith(
+        "audit: torch_npu 2.1.0.post3 op table on the simulated NPU (no --torch-npu and "
+        "no torch_npu installed: the oldest known release"
+    )
 
 
 def test_command_without_python_is_an_error(capsys):

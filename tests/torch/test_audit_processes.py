@@ -58,14 +58,17 @@ def by_origin(report: dict, origin: str) -> list:
 
 
 def test_os_fork_children_count_their_own_fallbacks_only(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         isin(); isin()
         pid = os.fork()
         if pid == 0:
             isin()
             os._exit(0)
         os.waitpid(pid, 0)
-    """)
+    """,
+    )
     code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["schema"] == 1 and report["processes"] == 2
     assert report["fallbacks"] == {ISIN: 3}
@@ -75,14 +78,17 @@ def test_os_fork_children_count_their_own_fallbacks_only(capfd, tmp_path):
 
 
 def test_fork_pool_workers_are_counted_though_the_pool_terminates_them(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import multiprocessing
         def work(i):
             return isin()
         if __name__ == "__main__":
             with multiprocessing.get_context("fork").Pool(2) as pool:
                 assert pool.map(work, range(4)) == [2, 2, 2, 2]
-    """)
+    """,
+    )
     code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 4}
@@ -92,7 +98,9 @@ def test_fork_pool_workers_are_counted_though_the_pool_terminates_them(capfd, tm
 
 
 def test_dataloader_fork_workers(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         from torch.utils.data import DataLoader, Dataset
         class Items(Dataset):
             def __len__(self):
@@ -102,14 +110,17 @@ def test_dataloader_fork_workers(capfd, tmp_path):
         if __name__ == "__main__":
             loader = DataLoader(Items(), batch_size=2, num_workers=2, multiprocessing_context="fork")
             assert sum(int(b.sum()) for b in loader) == 12
-    """)
+    """,
+    )
     code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 6} and len(by_origin(report, "fork")) == 2
 
 
 def test_spawn_and_forkserver_children(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import multiprocessing
         if __name__ == "__main__":
             for method in ("spawn", "forkserver"):
@@ -117,7 +128,8 @@ def test_spawn_and_forkserver_children(capfd, tmp_path):
                 child.start()
                 child.join()
                 assert child.exitcode == 0
-    """)
+    """,
+    )
     code, report, _ = run_audit(capfd, "--", sys.executable, script)
     assert code == 1 and report["returncode"] == 0
     assert report["fallbacks"] == {ISIN: 2}
@@ -128,7 +140,9 @@ def test_spawn_and_forkserver_children(capfd, tmp_path):
 
 
 def test_os_exit_in_the_command_and_in_a_worker(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         pid = os.fork()
         if pid == 0:
             isin()
@@ -136,7 +150,8 @@ def test_os_exit_in_the_command_and_in_a_worker(capfd, tmp_path):
         os.waitpid(pid, 0)
         isin()
         os._exit(3)
-    """)
+    """,
+    )
     code = main(["audit", "--torch-npu", "2.1.0.post6", "--", sys.executable, script])
     out = capfd.readouterr().out
     assert code == 1
@@ -146,12 +161,16 @@ def test_os_exit_in_the_command_and_in_a_worker(capfd, tmp_path):
     assert lines[3].startswith("  pid ") and lines[3].endswith(": os._exit(5)")
     assert lines[4] == "1 op fell back to the CPU (2 Python processes):"
     assert lines[5].startswith(f"  {ISIN}  2  (pids ")
-    assert lines[6].startswith(f"audit failed on torch_npu 2.1.0.post6: 1 op fell back to the CPU ({ISIN}); "
-                               "the command exited 3; fix: ")
+    assert lines[6].startswith(
+        f"audit failed on torch_npu 2.1.0.post6: 1 op fell back to the CPU ({ISIN}); "
+        "the command exited 3; fix: "
+    )
 
 
-@pytest.mark.parametrize("ending, how", [("SIGKILL", "os.kill(os.getpid(), signal.SIGKILL)"),
-                                         ("SIGSEGV", "import ctypes; ctypes.string_at(0)")])
+@pytest.mark.parametrize(
+    "ending, how",
+    [("SIGKILL", "os.kill(os.getpid(), signal.SIGKILL)"), ("SIGSEGV", "import ctypes; ctypes.string_at(0)")],
+)
 def test_a_killed_or_crashed_command_reports_what_was_seen(capfd, tmp_path, ending, how):
     # The sleep lets the report thread see the fallback (it looks every POLL_SECONDS).
     script = write_script(tmp_path, f"isin()\ntime.sleep(0.5)\n{how}\n")
@@ -169,14 +188,17 @@ def test_a_command_killed_before_python_started_is_nothing_audited(capfd):
 
 
 def test_timeout_stops_the_command_and_reports_what_was_seen(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         isin()
         if os.fork() == 0:
             isin()
             time.sleep(60)
             os._exit(0)
         time.sleep(60)
-    """)
+    """,
+    )
     start = time.monotonic()
     code, report, _ = run_audit(capfd, "--timeout", "8", "--", sys.executable, script)
     assert time.monotonic() - start < 40
@@ -187,25 +209,44 @@ def test_timeout_stops_the_command_and_reports_what_was_seen(capfd, tmp_path):
 
 
 def test_torchrun_counts_the_rank_that_torch_npu_silences(capfd, tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         if os.environ["RANK"] == "1":
             isin()
-    """)
-    code = main(["audit", "--torch-npu", "2.1.0.post6", "--", sys.executable, "-m", "torch.distributed.run",
-                 "--standalone", "--nproc-per-node", "2", script])
+    """,
+    )
+    code = main(
+        [
+            "audit",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            script,
+        ]
+    )
     captured = capfd.readouterr()
     assert code == 1
     # Rank 1 prints no CAUTION line (RANK != 0 silences it, as in torch_npu); the audit counts it.
     assert "CAUTION" not in captured.err
     assert captured.out.splitlines()[1:-1] == [
-        "1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)",
+        "1 op fell back to the CPU (3 Python processes):",
+        f"  {ISIN}  1  (rank 1)",
     ]
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_audit_stops_the_command_and_cleans_up(tmp_path, signum, code):
     ready = tmp_path / "ready"
-    script = write_script(tmp_path, f"""
+    script = write_script(
+        tmp_path,
+        f"""
         isin()
         child = os.fork()
         if child == 0:
@@ -215,13 +256,29 @@ def test_a_signal_to_the_audit_stops_the_command_and_cleans_up(tmp_path, signum,
             out.write(f"{{os.getpid()}} {{child}} {{os.environ['ASCEND_ENV_AUDIT_REPORTS']}}")
         os.rename({str(ready)!r} + ".tmp", {str(ready)!r})
         time.sleep(60)
-    """)
+    """,
+    )
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # SIGINT as a foreground process gets it: a suite run as a shell's background job ignores it,
     # and the audit rightly keeps an ignored SIGINT ignored (tests/unit/test_audit_reports.py).
-    proc = subprocess.Popen([sys.executable, "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--",
-                             sys.executable, script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ascend_env",
+            "audit",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--",
+            sys.executable,
+            script,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -57,11 +57,13 @@ def test_using_npu_without_torch_npu_on_an_old_release_is_a_finding(capfd, tmp_p
     code = main(["audit", "--torch-npu", "2.4.0", "--", sys.executable, script])
     out = capfd.readouterr().out.splitlines()
     assert code == 1 and out[0] == "2"  # the script's own output, then the report
-    lines = out[out.index("audit: torch_npu 2.4.0 op table on the simulated NPU"):]
+    lines = out[out.index("audit: torch_npu 2.4.0 op table on the simulated NPU") :]
     assert lines[1] == "1 Python process used the npu device without importing torch_npu:"
     assert "on torch_npu 2.4.0 this script fails on a real NPU: add `import torch_npu`" in lines[2]
-    assert lines[-1] == ("audit failed on torch_npu 2.4.0: 1 process used the npu device without importing "
-                         "torch_npu; fix: add `import torch_npu` before the script uses the npu device")
+    assert lines[-1] == (
+        "audit failed on torch_npu 2.4.0: 1 process used the npu device without importing "
+        "torch_npu; fix: add `import torch_npu` before the script uses the npu device"
+    )
 
 
 @pytest.mark.parametrize("switch", [None, "0"])
@@ -87,7 +89,10 @@ def test_the_hook_hears_of_the_simulated_torch_npu_by_its_import(capfd, tmp_path
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
     (hook_dir / files.MODULE_FILE).write_bytes(files.files()[files.MODULE_FILE])
-    script = write(tmp_path, "s.py", textwrap.dedent(f"""
+    script = write(
+        tmp_path,
+        "s.py",
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(hook_dir)!r})
         import ascend_env_hook  # as the .pth line does at start-up
@@ -96,7 +101,8 @@ def test_the_hook_hears_of_the_simulated_torch_npu_by_its_import(capfd, tmp_path
         import torch
         x = torch.tensor([1, 2, 3], device="npu")
         print(int(torch.isin(x, x[1:]).sum()))
-    """))
+    """),
+    )
     code, report, _ = audit_json(capfd, "--torch-npu", "2.1.0.post6", "--", sys.executable, script)
     (process,) = report["per_process"]
     assert process["hook_events"] == ["torch_npu: import after 1 probe (simulated)"]
@@ -110,7 +116,8 @@ def test_a_real_torch_npu_that_cannot_start_is_shadowed(capfd, tmp_path, monkeyp
     site = tmp_path / "site"
     (site / "torch_npu").mkdir(parents=True)
     (site / "torch_npu" / "__init__.py").write_text(
-        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
+    )
     monkeypatch.setenv("PYTHONPATH", str(site) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     script = write(tmp_path, "s.py", USES_NPU.format(first="import torch, torch_npu"))
     code, report, err = audit_json(capfd, "--torch-npu", "2.1.0.post6", "--", sys.executable, script)
@@ -119,12 +126,16 @@ def test_a_real_torch_npu_that_cannot_start_is_shadowed(capfd, tmp_path, monkeyp
 
 
 def test_a_process_that_never_imports_torch_is_counted_light(capfd, tmp_path):
-    script = write(tmp_path, "s.py", textwrap.dedent("""
+    script = write(
+        tmp_path,
+        "s.py",
+        textwrap.dedent("""
         import subprocess, sys, torch, torch_npu
         subprocess.run([sys.executable, "-c", "import sys; assert 'torch' not in sys.modules"], check=True)
         x = torch.tensor([1, 2, 3], device="npu")
         torch.isin(x, x)
-    """))
+    """),
+    )
     code, report, _ = audit_json(capfd, "--torch-npu", "2.1.0.post6", "--", sys.executable, script)
     assert code == 1 and report["processes"] == 2 and report["unaudited"] == []
     assert sorted(p["torch"] for p in report["per_process"]) == [False, True]
@@ -135,9 +146,12 @@ def test_several_releases_run_the_command_once_each(capfd, tmp_path):
     code, report, err = audit_json(capfd, "--torch-npu", "2.1.0.post6,2.4.0", "--", sys.executable, script)
     assert code == 1 and report["ok"] is False
     assert [(r["release"], r["ok"], r["fallbacks"]) for r in report["releases"]] == [
-        ("2.1.0.post6", False, {ISIN: 1}), ("2.4.0", True, {})]
-    assert report["verdict"] == ("audit failed on 1 of 2 releases: 2.1.0.post6 (each release's last line "
-                                 "above says why)")
+        ("2.1.0.post6", False, {ISIN: 1}),
+        ("2.4.0", True, {}),
+    ]
+    assert report["verdict"] == (
+        "audit failed on 1 of 2 releases: 2.1.0.post6 (each release's last line above says why)"
+    )
     assert "(1 of 2)" in err and "(2 of 2)" in err
     main(["audit", "--torch-npu", "2.1.0.post6,2.4.0", "--", sys.executable, script])
     lines = capfd.readouterr().out.splitlines()
@@ -167,8 +181,21 @@ GENERATE = textwrap.dedent(
 def test_the_paths_report_names_each_generate_and_says_why_the_guard_stayed_off(capfd, tmp_path, monkeypatch):
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path / "no-toolkit"))
     script = write(tmp_path, "generate.py", GENERATE)
-    code = main(["audit", "--torch-npu", "2.1.0.post6", "--soc", "910A", "--paths", "--fail-on", "compiles",
-                 "--", sys.executable, script])
+    code = main(
+        [
+            "audit",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--soc",
+            "910A",
+            "--paths",
+            "--fail-on",
+            "compiles",
+            "--",
+            sys.executable,
+            script,
+        ]
+    )
     lines = capfd.readouterr().out.splitlines()
     assert code == 1
     titles = [line for line in lines if line.startswith("  generate() at ")]

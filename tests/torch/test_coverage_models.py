@@ -39,5 +39,5 @@ def test_llava_generates_on_the_cpu():
     model = coverage_models.build("llava")
     rows = coverage_models.run_strategy(model, model, "cpu", "greedy_2eos")
     prompt = coverage_models._inputs(model, "cpu", batch1=False)["input_ids"].tolist()
-    assert [row[:len(prompt[0])] for row in rows] == prompt
+    assert [row[: len(prompt[0])] for row in rows] == prompt
     assert all(len(row) > len(prompt[0]) for row in rows)

@@ -87,15 +87,25 @@ def no_kernels(tmp_path_factory) -> Path:
     return root
 
 
-def run(python: Path, soc: str, toolkit: Path, after: str = "", code: Optional[str] = None,
-        env: Optional[Dict[str, str]] = None) -> dict:
-    environ = {k: v for k, v in os.environ.items()
-               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+def run(
+    python: Path,
+    soc: str,
+    toolkit: Path,
+    after: str = "",
+    code: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> dict:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))
+    }
     environ.update({"ASCEND_ENV_SIM_SOC": soc, "ASCEND_TOOLKIT_HOME": str(toolkit)}, **(env or {}))
     script = python.parent.parent / "script.py"  # a file: spawn re-imports the main module
     script.write_text(code if code is not None else REPORT.format(after=after))
-    done = subprocess.run([str(python), str(script)], capture_output=True, text=True, env=environ,
-                          timeout=300)
+    done = subprocess.run(
+        [str(python), str(script)], capture_output=True, text=True, env=environ, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -154,21 +164,43 @@ with torch.no_grad():
 """
 
 
-def audit_steady_compiles(python: Path, soc: str, toolkit: Path,
-                          env: Optional[Dict[str, str]] = None) -> list:
+def audit_steady_compiles(
+    python: Path, soc: str, toolkit: Path, env: Optional[Dict[str, str]] = None
+) -> list:
     """``audit --paths --soc soc`` of a tiny Llama generate() run by ``python``: the would-be online
     compiles of each steady decoding step."""
     script = python.parent.parent / "generate.py"
     script.write_text(GENERATE)
-    environ = {k: v for k, v in os.environ.items()
-               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))
+    }
     environ.update({"ASCEND_TOOLKIT_HOME": str(toolkit)}, **(env or {}))
-    done = subprocess.run([str(python), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--paths",
-                           "--soc", soc, "--json", "--", str(python), str(script)],
-                          capture_output=True, text=True, env=environ, timeout=600)
+    done = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "ascend_env",
+            "audit",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--paths",
+            "--soc",
+            soc,
+            "--json",
+            "--",
+            str(python),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=600,
+    )
     findings = json.loads(done.stdout)
     (run,) = findings["paths"]["generate"]
-    return [step["would_compile"] for step in run["steps"][findings["paths"]["steady_from"]:]]
+    return [step["would_compile"] for step in run["steps"][findings["paths"]["steady_from"] :]]
 
 
 @pytest.mark.parametrize("soc", ["910A", "310P"])
@@ -207,12 +239,32 @@ def test_the_guard_reaches_torchrun_ranks_and_dataloader_workers_under_audit(gua
     JIT compile is off in every rank and every worker, and audit counts every process."""
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
-    environ = {k: v for k, v in os.environ.items()
-               if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))}
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SILENCERS and not k.startswith(("ASCEND_ENV_", "ASCEND_HOME", "ASCEND_TOOLKIT"))
+    }
     environ["ASCEND_TOOLKIT_HOME"] = str(kernels)
-    command = [str(guarded), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--soc", "310P",
-               "--json", "--", str(guarded), "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", str(script), str(tmp_path)]
+    command = [
+        str(guarded),
+        "-m",
+        "ascend_env",
+        "audit",
+        "--torch-npu",
+        "2.1.0.post6",
+        "--soc",
+        "310P",
+        "--json",
+        "--",
+        str(guarded),
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=600)
     findings = json.loads(done.stdout)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
@@ -245,8 +297,13 @@ def test_the_guard_calls_torch_npus_own_api_shape(tmp_path):
     ``torch_npu.npu.set_compile_mode(jit_compile=...)``, ``torch.npu.config``)."""
     script = tmp_path / "api.py"
     script.write_text(API_SHAPE)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ASCEND_ENV_SIM_SOC": "910A"})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ASCEND_ENV_SIM_SOC": "910A"},
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[-1])
     assert found == {"applied": True, "error": None, "jit_off": True, "internal_format": False}

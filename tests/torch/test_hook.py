@@ -157,8 +157,7 @@ def test_a_hook_that_cannot_register_says_why(hooked_env):
 
 def test_registering_twice_is_harmless(hooked_env):
     code = (
-        ENABLE_SIM.format(table="2.1.0.post6")
-        + "\nimport json, torch\nimport ascend_env_hook as boot\n"
+        ENABLE_SIM.format(table="2.1.0.post6") + "\nimport json, torch\nimport ascend_env_hook as boot\n"
         "from ascend_env import _watch\nfrom ascend_env.hook import runtime\n"
         "first = list(runtime.status()['registered'])\n"
         "again = runtime.activate('ascend_env.sim')\n_watch.notify(boot.STATE, 'ascend_env.sim')\n"

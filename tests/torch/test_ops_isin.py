@@ -349,7 +349,7 @@ def test_barebones_unsigned_dtypes(dtype):
     assert isin(elements, many, invert=True).tolist() == [True, True, False, True]
     expected = native(elements, many, invert=True)
     if TORCH < (2, 4):
-        assert isinstance(expected, RuntimeError) and "\"unique\" not implemented" in str(expected)
+        assert isinstance(expected, RuntimeError) and '"unique" not implemented' in str(expected)
     else:
         assert expected.tolist() == [True, True, False, True]
 
@@ -845,9 +845,7 @@ def test_audit_catches_host_reads():
             sync(torch.tensor([1]))
 
 
-def audited_calls(
-    elements: Operand, test: Operand, invert: bool, strategy: Optional[str], chunk: int
-) -> set:
+def audited_calls(elements: Operand, test: Operand, invert: bool, strategy: Optional[str], chunk: int) -> set:
     """The ops that the public API, the out= kernels and a forced strategy dispatch."""
     shape = elements.shape if isinstance(elements, torch.Tensor) else ()
     empty = torch.empty(0, dtype=torch.bool)

@@ -159,7 +159,8 @@ def test_native_ops_are_native_in_every_torch_npu_release():
 
 def test_kernels_cover_every_aten_overload_with_its_schema():
     tensor_overloads = {  # polar.int, polar.float, ...: TorchScript's scalar forms, no dispatch
-        "polar" if name == "default" else f"polar.{name}" for name in torch.ops.aten.polar.overloads()
+        "polar" if name == "default" else f"polar.{name}"
+        for name in torch.ops.aten.polar.overloads()
         if "Tensor abs" in str(getattr(torch.ops.aten.polar, name)._schema)
     }
     assert set(ATEN_KERNELS) == tensor_overloads

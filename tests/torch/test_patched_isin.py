@@ -33,8 +33,15 @@ CHUNK = 1 << 22  # booleans per comparison, as the patches promise
 TORCH = Version(torch.__version__).release[:2]
 
 DTYPES = [
-    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
 ]
 VALUES = [0.0, -0.0, 1.0, 2.0, -1.0, 3.0, 0.5, 255.0, 256.0, 1e9, float("nan"), float("inf")]
 

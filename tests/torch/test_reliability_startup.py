@@ -28,7 +28,11 @@ def python(code: str, *flags: str, cwd: Path, extra_path: str = "") -> subproces
     env["PYTHONPATH"] = extra_path
     return subprocess.run(
         [sys.executable, *flags, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=300, cwd=str(cwd), env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(cwd),
+        env=env,
     )
 
 

@@ -26,6 +26,7 @@ WARNING = (
 
 # ------------------------------------------------------------------ memory and dispatch, in process
 
+
 def test_tensors_on_npu_hold_their_values_through_views_and_copies(npu):
     a = torch.arange(12, dtype=torch.float32, device=npu).reshape(3, 4)
     assert a.device == torch.device("npu:0")
@@ -141,6 +142,7 @@ def test_device_module_answers_what_transformers_and_autocast_ask(npu):
 
 # ------------------------------------------------------------------ generation, in process (2.1.0.post6)
 
+
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("kind", MODELS)
 def test_generation_on_npu_equals_cpu_and_isin_falls_back(npu, cpu_tokens, kind, case):
@@ -212,8 +214,12 @@ ISIN_TWICE = textwrap.dedent(
 
 @pytest.mark.parametrize(
     "env",
-    [{"RANK": "1"}, {"TORCH_NPU_DISABLED_WARNING": "1"}, {"TORCH_NPU_WARNING_DISABLE": "1"},
-     {"TORCH_CPP_LOG_LEVEL": "ERROR"}],
+    [
+        {"RANK": "1"},
+        {"TORCH_NPU_DISABLED_WARNING": "1"},
+        {"TORCH_NPU_WARNING_DISABLE": "1"},
+        {"TORCH_CPP_LOG_LEVEL": "ERROR"},
+    ],
     ids=lambda env: next(iter(env)),
 )
 def test_silencers_hide_the_warning_but_not_the_count(env):
@@ -257,6 +263,7 @@ def test_fallback_cpu_disable_only_where_the_release_has_it(table, honoured):
 
 
 # ------------------------------------------------------------------ the build cache
+
 
 def test_concurrent_builders_compile_once(tmp_path, monkeypatch):
     import threading
@@ -323,9 +330,16 @@ def test_a_wait_for_another_builder_says_so(tmp_path, monkeypatch, capsys):
     lock = build.build_dir() / "build.lock"
     lock.parent.mkdir(parents=True, mode=0o700)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(1)", str(lock)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(1)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         build.ensure_built()
@@ -337,11 +351,13 @@ def test_a_wait_for_another_builder_says_so(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     ("script", "memory"),
-    [("kill -9 $$", True),
-     ("echo 'g++: fatal error: Killed signal terminated program cc1plus'; exit 1", True),
-     ("echo 'g++: internal compiler error: Killed (program cc1plus)'; exit 4", True),
-     ("echo \"error: 'optional' in namespace 'std' does not name a template type\"; exit 1", False),
-     ("kill -11 $$", False)],
+    [
+        ("kill -9 $$", True),
+        ("echo 'g++: fatal error: Killed signal terminated program cc1plus'; exit 1", True),
+        ("echo 'g++: internal compiler error: Killed (program cc1plus)'; exit 4", True),
+        ("echo \"error: 'optional' in namespace 'std' does not name a template type\"; exit 1", False),
+        ("kill -11 $$", False),
+    ],
 )
 def test_a_compiler_killed_for_memory_is_not_blamed_on_cxx17(tmp_path, monkeypatch, script, memory):
     from ascend_env.exceptions import EnvironmentProblem
@@ -390,8 +406,11 @@ def _planted(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ASCEND_ENV_CACHE_DIR", str(tmp_path / "cache"))
     compiles = []
-    monkeypatch.setattr(build, "compile_command",
-                        lambda output: compiles.append(output) or ["sh", "-c", f"printf ours > '{output}'"])
+    monkeypatch.setattr(
+        build,
+        "compile_command",
+        lambda output: compiles.append(output) or ["sh", "-c", f"printf ours > '{output}'"],
+    )
     library = build.build_dir() / build.LIBRARY_NAME
     library.parent.mkdir(parents=True)
     library.write_text("planted")

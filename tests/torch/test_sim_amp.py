@@ -54,13 +54,17 @@ def test_float16_runs_where_the_cpu_kernels_refuse_it(npu):
     y = half(x.half().to(npu))
     assert y.dtype == torch.float16 and y.device.type == "npu"
     torch.testing.assert_close(y.cpu(), reference.half())
-    for op in (lambda t: torch.softmax(t, -1), lambda t: torch.log_softmax(t, -1),
-               lambda t: torch.nn.functional.layer_norm(t, (4,))):
+    for op in (
+        lambda t: torch.softmax(t, -1),
+        lambda t: torch.log_softmax(t, -1),
+        lambda t: torch.nn.functional.layer_norm(t, (4,)),
+    ):
         torch.testing.assert_close(op(y).cpu(), op(y.cpu().float()).half(), atol=1e-3, rtol=1e-3)
     y.float().sum().backward()
     assert half.weight.grad.dtype == torch.float16 and half.weight.grad.device.type == "npu"
-    torch.testing.assert_close(half.weight.grad.cpu().float(), x.half().float().sum(0).expand(4, 8),
-                               atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(
+        half.weight.grad.cpu().float(), x.half().float().sum(0).expand(4, 8), atol=1e-2, rtol=1e-3
+    )
     out = torch.empty(0, dtype=torch.float16).to(npu)
     y, w = y.detach(), half.weight.detach()
     torch.mm(y, w, out=out)  # out= resized, in float16

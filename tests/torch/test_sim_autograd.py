@@ -97,6 +97,7 @@ def test_the_backward_of_a_falling_back_op_falls_back_and_is_counted(npu):
 def test_optimizer_steps_loop_over_tensors_instead_of_falling_back(npu):
     """torch_npu registers PyTorch's per-tensor loop for every foreach op it does not implement:
     AdamW's and clip_grad_norm_'s foreach steps do not fall back as a whole."""
+
     def train(device):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).to(device)
@@ -120,8 +121,13 @@ def test_results_of_falling_back_ops_come_back_on_npu(npu):
     a = torch.randn(4, 4)
     spd = a @ a.t() + 4 * torch.eye(4)
     x = torch.rand(3, 4).to(npu)
-    for result in (torch.linalg.cholesky(spd.to(npu)), torch.logcumsumexp(x, 0), torch.logit(x),
-                   torch.linalg.eigvals(spd.to(npu)), torch.mode(x, 0).values):
+    for result in (
+        torch.linalg.cholesky(spd.to(npu)),
+        torch.logcumsumexp(x, 0),
+        torch.logit(x),
+        torch.linalg.eigvals(spd.to(npu)),
+        torch.mode(x, 0).values,
+    ):
         assert result.device.type == "npu", result.device
 
 
@@ -145,10 +151,13 @@ def test_conjugate_and_negative_views_are_resolved(npu):
 
 
 def test_complex_gradients_equal_the_cpus(npu):
-    _same_as_cpu(lambda z: (z * z.conj()).real.sum() + torch.polar(z.abs(), z.angle()).abs().sum(),
-                 torch.randn(5, dtype=torch.complex64))
-    _same_as_cpu(lambda r, t: torch.view_as_real(torch.polar(r, t)).sum(), torch.rand(5) + 0.5,
-                 torch.randn(5))
+    _same_as_cpu(
+        lambda z: (z * z.conj()).real.sum() + torch.polar(z.abs(), z.angle()).abs().sum(),
+        torch.randn(5, dtype=torch.complex64),
+    )
+    _same_as_cpu(
+        lambda r, t: torch.view_as_real(torch.polar(r, t)).sum(), torch.rand(5) + 0.5, torch.randn(5)
+    )
 
 
 # One process per table (the dispatcher holds one): the newest release of each line the product's
@@ -206,7 +215,8 @@ def test_a_training_step_gives_the_cpus_gradients_per_op_table(table):
 
 
 def test_enabling_after_autograd_ran_warns_that_npu_backward_cannot_work():
-    result = run_python(textwrap.dedent("""
+    result = run_python(
+        textwrap.dedent("""
         import warnings, torch
         from ascend_env import sim
         x = torch.ones(2, requires_grad=True)
@@ -215,7 +225,8 @@ def test_enabling_after_autograd_ran_warns_that_npu_backward_cannot_work():
             warnings.simplefilter("always")
             sim.enable("2.1.0.post6")
         print([str(w.message) for w in caught if w.category is RuntimeWarning])
-    """))
+    """)
+    )
     assert result.returncode == 0, result.stderr
     assert "ran autograd before the simulated NPU was enabled" in result.stdout
     assert "ascend_env.sim.enable() right after 'import torch'" in result.stdout
@@ -225,7 +236,8 @@ def test_the_engine_check_of_enable_leaves_the_npu_unused_and_its_thread_drained
     """enable()'s backward on npu is not a use of the device (the audit reads the peak memory as
     one), and its exit drain is registered: a process whose last statement is an npu backward
     ends without the worker thread touching Python objects during finalization."""
-    result = run_python(textwrap.dedent("""
+    result = run_python(
+        textwrap.dedent("""
         import atexit, torch
         from ascend_env import sim
         sim.enable("2.1.0.post6")
@@ -234,7 +246,8 @@ def test_the_engine_check_of_enable_leaves_the_npu_unused_and_its_thread_drained
         x = torch.ones(3, device="npu", requires_grad=True)
         g, = torch.autograd.grad((x * 2).sum(), x)
         print(g.cpu().tolist())
-    """))
+    """)
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["0 0", "[2.0, 2.0, 2.0]"]
     assert "terminate called" not in result.stderr

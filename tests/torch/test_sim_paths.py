@@ -90,8 +90,11 @@ def sync_line(function, *needles: str) -> str:
     lines, first = inspect.getsourcelines(function)
     target = int(number) - first + 1
     tree = ast.parse(textwrap.dedent("".join(lines)))
-    starts = [node.lineno for node in ast.walk(tree)
-              if isinstance(node, ast.If) and node.lineno <= target <= (node.test.end_lineno or node.lineno)]
+    starts = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and node.lineno <= target <= (node.test.end_lineno or node.lineno)
+    ]
     return f"{path}:{max(starts) + first - 1}" if starts else where
 
 
@@ -105,15 +108,33 @@ def step_syncs():
         # 4.46: `if inputs_embeds is not None or cache_position[-1] >= input_ids.shape[1]:  # Exception
         # 1 or Exception 3` in prepare_inputs_for_generation; 4.49 spells it inside an `elif (...)`;
         # 4.57 moved it into _cache_dependant_input_preparation.
-        sync_line(getattr(GenerationMixin, "_cache_dependant_input_preparation",
-                          GenerationMixin.prepare_inputs_for_generation),
-                  "cache_position[-1] >= input_ids.shape[1]", "Exception 3"): 1,
+        sync_line(
+            getattr(
+                GenerationMixin,
+                "_cache_dependant_input_preparation",
+                GenerationMixin.prepare_inputs_for_generation,
+            ),
+            "cache_position[-1] >= input_ids.shape[1]",
+            "Exception 3",
+        ): 1,
     }
 
 
 def audit(capfd, script, *args, extra=()):
-    code = main(["audit", "--json", "--torch-npu", "2.1.0.post6", "--paths", *args, "--",
-                 sys.executable, script, *extra])
+    code = main(
+        [
+            "audit",
+            "--json",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--paths",
+            *args,
+            "--",
+            sys.executable,
+            script,
+            *extra,
+        ]
+    )
     captured = capfd.readouterr()
     return code, json.loads(captured.out), captured.err
 
@@ -133,7 +154,7 @@ def test_910a_compiles_every_step_and_prints_the_seed_line(capfd, script, step_s
     assert code == 1 and report["returncode"] == 0
     assert report["soc"] == {"name": "Ascend910A", "assumed": False, "from": "--soc"}
     run = the_run(report)
-    steady = run["steps"][report["paths"]["steady_from"]:]
+    steady = run["steps"][report["paths"]["steady_from"] :]
     assert all(step["would_compile"] > 0 for step in steady)
     # The growing KV length gives the cache cat new shapes at every step.
     assert all(step["would_compile_by_op"].get("cat", 0) >= 1 for step in steady)
@@ -147,8 +168,9 @@ def test_910a_compiles_every_step_and_prints_the_seed_line(capfd, script, step_s
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_910b_compiles_nothing_and_stays_quiet(capfd, script, step_syncs, kind):
-    code, report, err = audit(capfd, script, "--soc", "910B", "--fail-on", "compiles,64bit",
-                              extra=[kind, "greedy"])
+    code, report, err = audit(
+        capfd, script, "--soc", "910B", "--fail-on", "compiles,64bit", extra=[kind, "greedy"]
+    )
     assert code == 0, report
     run = the_run(report)
     assert report["paths"]["would_compile"] == 0 and report["paths"]["warnings_64bit"] == []
@@ -158,8 +180,15 @@ def test_910b_compiles_nothing_and_stays_quiet(capfd, script, step_syncs, kind):
 
 
 def test_jit_compile_false_in_the_script_compiles_nothing_on_910a(capfd, script):
-    code, report, err = audit(capfd, script, "--soc", "910A", "--fail-on", "compiles,64bit",
-                              extra=["qwen2", "sampling", "--jit-off"])
+    code, report, err = audit(
+        capfd,
+        script,
+        "--soc",
+        "910A",
+        "--fail-on",
+        "compiles,64bit",
+        extra=["qwen2", "sampling", "--jit-off"],
+    )
     assert code == 0, report
     assert report["paths"]["would_compile"] == 0 and report["paths"]["jit_compile_at_exit"] is False
     assert "AddKernelNpu" not in err
@@ -182,8 +211,23 @@ def test_silenced_rank_hides_the_line_but_reports_it(capfd, script, monkeypatch)
 
 
 def test_text_report_shows_the_step_table(capsys, script):
-    code = main(["audit", "--torch-npu", "2.1.0.post6", "--soc", "910A", "--paths", "--fail-on", "syncs",
-                 "--", sys.executable, script, "llama", "greedy"])
+    code = main(
+        [
+            "audit",
+            "--torch-npu",
+            "2.1.0.post6",
+            "--soc",
+            "910A",
+            "--paths",
+            "--fail-on",
+            "syncs",
+            "--",
+            sys.executable,
+            script,
+            "llama",
+            "greedy",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "dispatch paths on SoC Ascend910A, JIT compile on at exit" in out
@@ -212,18 +256,32 @@ OPS_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("soc, lines", [
-    ("910A", ["AddKernelNpu.cpp:82", "NeKernelNpu.cpp:28", "NeKernelNpu.cpp:45", "GatherKernelNpu.cpp:33",
-              "IndexSelectKernelNpu.cpp:33"]),
-    ("910B", []),
-])
+@pytest.mark.parametrize(
+    "soc, lines",
+    [
+        (
+            "910A",
+            [
+                "AddKernelNpu.cpp:82",
+                "NeKernelNpu.cpp:28",
+                "NeKernelNpu.cpp:45",
+                "GatherKernelNpu.cpp:33",
+                "IndexSelectKernelNpu.cpp:33",
+            ],
+        ),
+        ("910B", []),
+    ],
+)
 def test_the_four_64bit_warnings_and_the_host_syncs_outside_generate(capfd, tmp_path, soc, lines):
     path = tmp_path / "ops.py"
     path.write_text(OPS_SCRIPT, encoding="utf-8")
     code, report, err = audit(capfd, str(path), "--soc", soc, "--fail-on", "64bit")
     assert code == (1 if lines else 0)
-    printed = [line.split("]", 1)[0][3:] for line in err.splitlines() if line.startswith("[W ") and
-               "High Accuracy but Low Performance" in line]
+    printed = [
+        line.split("]", 1)[0][3:]
+        for line in err.splitlines()
+        if line.startswith("[W ") and "High Accuracy but Low Performance" in line
+    ]
     assert printed == lines
     assert [w["count"] for w in report["paths"]["warnings_64bit"]] == [2] * len(lines)
     syncs = report["paths"]["host_syncs_by_op"]

@@ -26,8 +26,9 @@ from ascend_env import sim
 from ascend_env.detect import socs
 from ascend_env.sim import compile_mode
 
-CAUTION_ISIN = ("CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported on the NPU "
-                "backend")
+CAUTION_ISIN = (
+    "CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported on the NPU backend"
+)
 
 # The script of the report that started ascend-env, unchanged.
 SEED_SCRIPT = """\
@@ -72,17 +73,24 @@ def audit(script: str, tmp_path: Path, table: str = "2.1.0.post6") -> subprocess
     """``python -m ascend_env audit --torch-npu table -- python script``, in a fresh environment."""
     path = tmp_path / "script.py"
     path.write_text(script)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE",
-                        "TORCH_CPP_LOG_LEVEL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
+    }
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "ascend_env", "audit", "--torch-npu", table, "--", sys.executable, str(path)],
-        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
     )
 
 
 # ------------------------------------------------------------------ storage and deepcopy
+
 
 def test_deepcopy_and_storage_clone_make_independent_npu_copies(npu):
     base = torch.arange(12, dtype=torch.float32, device=npu).reshape(3, 4)
@@ -111,6 +119,7 @@ def test_a_cloned_storage_holds_the_bytes_of_its_source(npu):
 
 
 # ------------------------------------------------------------------ random numbers
+
 
 def _draws(device: str, generator: torch.Generator) -> list:
     weights = torch.tensor([0.1, 0.5, 0.2, 0.2], device=device)
@@ -145,8 +154,10 @@ def test_seeded_ops_that_fall_back_draw_from_the_npu_generator(npu):
     sim.reset()
     for _ in range(2):  # the second draw continues the stream
         assert torch.equal(torch.poisson(rates.to(npu), generator).cpu(), torch.poisson(rates, reference))
-        assert torch.equal(torch.empty(3, device=npu).cauchy_(generator=generator).cpu(),
-                           torch.empty(3).cauchy_(generator=reference))
+        assert torch.equal(
+            torch.empty(3, device=npu).cauchy_(generator=generator).cpu(),
+            torch.empty(3).cauchy_(generator=reference),
+        )
     torch.manual_seed(4)
     drawn = torch.empty(3, device=npu).log_normal_().cpu()
     torch.manual_seed(4)
@@ -192,6 +203,7 @@ def test_dropout_on_npu_is_seeded_like_the_cpu(npu):
 
 # ------------------------------------------------------------------ pinned memory
 
+
 def test_pinned_memory_with_npu_as_the_pinned_backend(npu):
     plain = torch.arange(6, dtype=torch.float32)
     pinned = plain.pin_memory()
@@ -203,6 +215,7 @@ def test_pinned_memory_with_npu_as_the_pinned_backend(npu):
 
 
 # ------------------------------------------------------------------ torch.npu API
+
 
 def test_memory_queries_count_the_bytes_npu_tensors_hold(npu):
     before = torch.npu.memory_allocated()
@@ -272,6 +285,7 @@ def test_unknown_names_fail_naming_the_simulator(npu):
 
 
 # ------------------------------------------------------------------ the package, in subprocesses
+
 
 def test_torch_npu_is_importable_only_where_asked():
     code = textwrap.dedent("""
@@ -368,13 +382,28 @@ def test_transfer_to_npu_rewrites_devices_backends_and_jit():
     assert out.pop("cpu_is_available") is False  # a CPU-only torch, before transfer_to_npu
     npu0 = "npu:0"
     assert out == {
-        "is_available": True, "cuda_is_npu_fn": True, "device_count": 1,
+        "is_available": True,
+        "cuda_is_npu_fn": True,
+        "device_count": 1,
         "name": compile_mode.soc(),
-        "kw": npu0, "kw_dev": npu0, "to_str": npu0, "to_int": npu0, "tensor_cuda": npu0, "is_cuda": True,
-        "module": npu0, "module_to": npu0, "new": npu0, "generator": npu0, "is_generator": True,
+        "kw": npu0,
+        "kw_dev": npu0,
+        "to_str": npu0,
+        "to_int": npu0,
+        "tensor_cuda": npu0,
+        "is_cuda": True,
+        "module": npu0,
+        "module_to": npu0,
+        "new": npu0,
+        "generator": npu0,
+        "is_generator": True,
         "jit_off": True,
-        "nccl": True, "warnings": ["ImportWarning", "RuntimeWarning"], "cuda_random": True, "amp": True,
-        "backend": "hccl", "all_reduce": [1.0, 1.0, 1.0],
+        "nccl": True,
+        "warnings": ["ImportWarning", "RuntimeWarning"],
+        "cuda_random": True,
+        "amp": True,
+        "backend": "hccl",
+        "all_reduce": [1.0, 1.0, 1.0],
     }
 
 
@@ -434,7 +463,10 @@ def test_transformers_generates_with_the_simulated_torch_npu_imported():
     out = json.loads(result.stdout.splitlines()[-1])
     assert out["available"] is True and "npu" in out["devices"]
     assert {k: v for k, v in out.items() if "-" in k} == {
-        "llama-greedy": True, "llama-sampling": True, "gpt2-greedy": True, "gpt2-sampling": True,
+        "llama-greedy": True,
+        "llama-sampling": True,
+        "gpt2-greedy": True,
+        "gpt2-sampling": True,
         "llama-assisted": True,
     }
 
@@ -451,17 +483,28 @@ def test_npu_fusion_attention_computes_causal_attention(npu, layout):
     b, n, kv, s, d = 2, 4, 2, 5, 8
     q, k, v = torch.randn(b, n, s, d), torch.randn(b, kv, s, d), torch.randn(b, kv, s, d)
     expected = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(n // kv, 1), v.repeat_interleave(n // kv, 1), is_causal=True)
+        q, k.repeat_interleave(n // kv, 1), v.repeat_interleave(n // kv, 1), is_causal=True
+    )
     shape = {
-        "BNSD": lambda t: t, "BSND": lambda t: t.transpose(1, 2),
+        "BNSD": lambda t: t,
+        "BSND": lambda t: t.transpose(1, 2),
         "BSH": lambda t: t.transpose(1, 2).reshape(b, s, -1),
         "SBH": lambda t: t.permute(2, 0, 1, 3).reshape(s, b, -1),
         "TND": lambda t: t.transpose(1, 2).reshape(b * s, t.shape[1], d),
     }[layout]
     mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1).to(npu)
     extra = {"actual_seq_qlen": (s, 2 * s), "actual_seq_kvlen": (s, 2 * s)} if layout == "TND" else {}
-    out = npu_fusion_attention(shape(q).to(npu), shape(k).to(npu), shape(v).to(npu), n, layout,
-                               atten_mask=mask, scale=d ** -0.5, sparse_mode=3, **extra)[0]
+    out = npu_fusion_attention(
+        shape(q).to(npu),
+        shape(k).to(npu),
+        shape(v).to(npu),
+        n,
+        layout,
+        atten_mask=mask,
+        scale=d**-0.5,
+        sparse_mode=3,
+        **extra,
+    )[0]
     assert out.device.type == "npu"
     assert torch.allclose(out.cpu(), shape(expected), atol=1e-5)
 
@@ -513,15 +556,38 @@ def test_the_seed_script_with_the_hook_installed_falls_back_nowhere(tmp_path, ho
     startup hook: nothing falls back (exit 0); with the hook turned off, the isin line and exit 1."""
     path = tmp_path / "seed.py"
     path.write_text(SEED_SCRIPT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE",
-                        "TORCH_CPP_LOG_LEVEL", "ASCEND_ENV_DISABLE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "TORCH_NPU_DISABLED_WARNING",
+            "TORCH_NPU_WARNING_DISABLE",
+            "TORCH_CPP_LOG_LEVEL",
+            "ASCEND_ENV_DISABLE",
+        )
+    }
 
     def audited(**extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(hooked_env), "-m", "ascend_env", "audit", "--torch-npu", "2.1.0.post6", "--",
-             str(hooked_env), str(path)],
-            capture_output=True, text=True, env={**env, **extra}, cwd=str(tmp_path), timeout=300)
+            [
+                str(hooked_env),
+                "-m",
+                "ascend_env",
+                "audit",
+                "--torch-npu",
+                "2.1.0.post6",
+                "--",
+                str(hooked_env),
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            cwd=str(tmp_path),
+            timeout=300,
+        )
 
     hooked = audited()
     assert hooked.returncode == 0, (hooked.stdout, hooked.stderr)

@@ -18,8 +18,13 @@ from test_hook import hooked_env  # noqa: F401 - the hook fixture, shared
 
 SCRIPTS = Path(TESTS_TORCH) / "training"
 ISIN_OUT = "aten::isin.Tensor_Tensor_out"
-SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL",
-             "ASCEND_ENV_DISABLE")
+SILENCERS = (
+    "RANK",
+    "TORCH_NPU_DISABLED_WARNING",
+    "TORCH_NPU_WARNING_DISABLE",
+    "TORCH_CPP_LOG_LEVEL",
+    "ASCEND_ENV_DISABLE",
+)
 # The release of torch_npu that pins this torch and has no NPU isin; 2.1.0.post6 elsewhere.
 TABLE = {"2.2": "2.2.0", "2.3": "2.3.1"}.get(".".join(torch.__version__.split(".")[:2]), "2.1.0.post6")
 
@@ -29,9 +34,25 @@ def audited(python: Path, script: Path, out: Path, *args: str, **env: str) -> Di
     environ = {k: v for k, v in os.environ.items() if k not in SILENCERS}
     environ.update(env)
     result = subprocess.run(
-        [str(python), "-m", "ascend_env", "audit", "--json", "--torch-npu", TABLE, "--",
-         str(python), str(script), *args, str(out)],
-        capture_output=True, text=True, env=environ, cwd=str(out.parent), timeout=600,
+        [
+            str(python),
+            "-m",
+            "ascend_env",
+            "audit",
+            "--json",
+            "--torch-npu",
+            TABLE,
+            "--",
+            str(python),
+            str(script),
+            *args,
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=str(out.parent),
+        timeout=600,
     )
     assert result.stdout, result.stderr
     report = json.loads(result.stdout)
@@ -59,8 +80,7 @@ def sft_on_cpu(npu) -> Dict[str, Any]:
     return namespace["train"]("cpu")
 
 
-def test_llama_fine_tuning_under_audit_gives_the_cpus_losses_and_weights(
-        hooked_env, tmp_path, sft_on_cpu):  # noqa: F811
+def test_llama_fine_tuning_under_audit_gives_the_cpus_losses_and_weights(hooked_env, tmp_path, sft_on_cpu):  # noqa: F811
     out = tmp_path / "npu.pt"
     report = audited(hooked_env, SCRIPTS / "sft_llama.py", out, "npu")
     assert report["fallbacks"] == {} and report["exit"] == 0, report
@@ -82,13 +102,18 @@ def _cuda_loop_on_cpu(tmp_path: Path) -> Dict[str, Any]:
     source = (SCRIPTS / "cuda_loop.py").read_text()
     port = "from torch_npu.contrib import transfer_to_npu  # noqa: F401 - the one line the port adds\n"
     assert port in source
-    cpu_source = (source.replace(port, "").replace(".cuda()", ".cpu()").replace('"cuda"', '"cpu"')
-                  .replace("torch.cuda.", "torch.cpu."))
+    cpu_source = (
+        source.replace(port, "")
+        .replace(".cuda()", ".cpu()")
+        .replace('"cuda"', '"cpu"')
+        .replace("torch.cuda.", "torch.cpu.")
+    )
     script = tmp_path / "cpu_loop.py"
     script.write_text(cpu_source)
     out = tmp_path / "cpu.pt"
-    result = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return torch.load(out)
 

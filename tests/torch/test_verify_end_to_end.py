@@ -28,16 +28,24 @@ ROOT = Path(__file__).resolve().parents[2]
 # The release this environment's tokenizers and huggingface-hub were resolved for.
 VERSION = importlib.metadata.version("transformers")
 TRANSFORMERS = f"transformers=={VERSION}"
-SILENCED = {"RANK": "1", "TORCH_NPU_DISABLED_WARNING": "1", "TORCH_NPU_WARNING_DISABLE": "1",
-            "TORCH_CPP_LOG_LEVEL": "ERROR"}
+SILENCED = {
+    "RANK": "1",
+    "TORCH_NPU_DISABLED_WARNING": "1",
+    "TORCH_NPU_WARNING_DISABLE": "1",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+}
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """ascend-env as a wheel, built once from this checkout."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return next(out.glob("ascend_env-*.whl"))
 
 
@@ -45,8 +53,24 @@ def make_env(root: Path, wheel: Path) -> Path:
     """A venv with its own transformers and ascend-env (from ``wheel``); returns its bin directory."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     python = root / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-compile", TRANSFORMERS, str(wheel)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            TRANSFORMERS,
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     site = next(root.glob("lib/python*/site-packages"))
     # This environment's site-packages only (never the checkout); their own .pth files stay unread.
     ours = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
@@ -61,8 +85,14 @@ def sh(bin_dir: Path, script: str, env: Optional[Dict[str, str]] = None) -> subp
         if name in os.environ:
             base[name] = os.environ[name]
     base.update(env or {})
-    return subprocess.run(["sh", "-c", "exec 0<&-\n" + script], env=base, capture_output=True, text=True,
-                          cwd=str(bin_dir.parent), timeout=900)
+    return subprocess.run(
+        ["sh", "-c", "exec 0<&-\n" + script],
+        env=base,
+        capture_output=True,
+        text=True,
+        cwd=str(bin_dir.parent),
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +108,22 @@ def site_of(bin_dir: Path) -> Path:
 def test_docker_build_steps_pass_on_the_simulator(tmp_path, wheel, record_property):
     bin_dir = make_env(tmp_path / "docker", wheel)
     started = time.monotonic()
-    done = sh(bin_dir, "python -m ascend_env install --patches always && "
-                       "python -m ascend_env verify --torch-npu 2.1.0.post6")
+    done = sh(
+        bin_dir,
+        "python -m ascend_env install --patches always && "
+        "python -m ascend_env verify --torch-npu 2.1.0.post6",
+    )
     record_property("install_and_verify_seconds", round(time.monotonic() - started, 1))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert ("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
-            "--torch-npu was given") in done.stdout
+    assert (
+        "verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
+        "--torch-npu was given"
+    ) in done.stdout
     assert "ok    isin fallback: none" in done.stdout
-    assert ("ok    hook: heard of torch_npu through transformers' check, import accelerate, a plain import; "
-            "registered isin.Tensor_Tensor, isin.Tensor_Tensor_out") in done.stdout
+    assert (
+        "ok    hook: heard of torch_npu through transformers' check, import accelerate, a plain import; "
+        "registered isin.Tensor_Tensor, isin.Tensor_Tensor_out"
+    ) in done.stdout
     assert f"ok    patches: applied: transformers {VERSION}" in done.stdout
     assert "\033[" not in done.stdout  # plain text off a TTY
 
@@ -114,15 +151,20 @@ def test_drifted_patches_fail(shared):
 def test_unpatched_with_the_hook_off_fails_even_with_every_silencer_set(shared):
     setup = sh(shared, "python -m ascend_env restore && python -m ascend_env install --hook-only")
     assert setup.returncode == 0, setup.stderr
-    done = sh(shared, "python -m ascend_env verify --torch-npu 2.1.0.post6",
-              {"ASCEND_ENV_DISABLE": "1", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", **SILENCED})
+    done = sh(
+        shared,
+        "python -m ascend_env verify --torch-npu 2.1.0.post6",
+        {"ASCEND_ENV_DISABLE": "1", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1", **SILENCED},
+    )
     assert done.returncode == 1, done.stderr
     out = done.stdout
     assert out.startswith("verify: FAILED on the simulator")
     # The silencers were neutralised in the smoke test's process, so torch_npu's line was printed.
     assert "ok    fallback line: nothing silences it" in out
-    assert ("FAIL  isin fallback: aten::isin.Tensor_Tensor_out fell back to the CPU in generate, isin "
-            "(CAUTION line on fd 2; counted") in out
+    assert (
+        "FAIL  isin fallback: aten::isin.Tensor_Tensor_out fell back to the CPU in generate, isin "
+        "(CAUTION line on fd 2; counted"
+    ) in out
     assert "FAIL  hook: the startup hook is turned off by ASCEND_ENV_DISABLE" in out
     assert "ok    patches: not applied" in out
     assert out.count("fix: ") == 2
@@ -136,7 +178,8 @@ def device_torch_npu(tmp_path_factory) -> Path:
     (package / "csrc" / "aten").mkdir(parents=True)
     ops = sorted(optables.load("2.13.0"))
     (package / "csrc" / "aten" / "npu_native_functions.yaml").write_text(
-        "supported:\n" + "".join(f"  - {op}\n" for op in ops))
+        "supported:\n" + "".join(f"  - {op}\n" for op in ops)
+    )
     (package / "__init__.py").write_text(
         "from pathlib import Path as _Path\n"
         "from ascend_env import sim as _sim\nfrom ascend_env.detect import npu_oplists as _oplists\n"
@@ -166,8 +209,16 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     # 2.13.0 runs every isin overload natively (isin.Scalar_Tensor through its out= form).
     assert result["hook"]["registered"] == []
     assert [check["name"] for check in result["checks"]] == [
-        "fallback line", "isin", "polar", "generate", "isin fallback", "polar fallback", "patches", "hook",
-        "compile mode"]
+        "fallback line",
+        "isin",
+        "polar",
+        "generate",
+        "isin fallback",
+        "polar fallback",
+        "patches",
+        "hook",
+        "compile mode",
+    ]
     # This stand-in has no torch_npu.npu.is_jit_compile_false(): reported, not failed.
     assert "not checked" in result["checks"][-1]["detail"]
 
@@ -177,7 +228,8 @@ def toolkits(tmp_path_factory) -> Dict[str, Path]:
     """CANN toolkit stand-ins, with and without the binary kernels directory."""
     root = tmp_path_factory.mktemp("toolkits")
     (root / "kernels" / "opp" / "built-in" / "op_impl" / "ai_core" / "tbe" / "kernel" / "ascend910").mkdir(
-        parents=True)
+        parents=True
+    )
     (root / "none").mkdir()
     return {"kernels": root / "kernels", "none": root / "none"}
 
@@ -215,9 +267,11 @@ def torch_npu_without_cann(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("torch-npu-no-cann")
     (root / "torch_npu" / "csrc" / "aten").mkdir(parents=True)
     (root / "torch_npu" / "csrc" / "aten" / "npu_native_functions.yaml").write_text(
-        "supported:\n" + "".join(f"  - {op}\n" for op in sorted(optables.load("2.1.0.post6"))))
+        "supported:\n" + "".join(f"  - {op}\n" for op in sorted(optables.load("2.1.0.post6")))
+    )
     (root / "torch_npu" / "__init__.py").write_text(
-        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
+    )
     dist = root / "torch_npu-2.1.0.post6.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.1.0.post6\n")
@@ -230,8 +284,9 @@ NPU_SMI = """\
 """
 
 
-def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(shared, torch_npu_without_cann,
-                                                                             tmp_path):
+def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(
+    shared, torch_npu_without_cann, tmp_path
+):
     """The everyday mistake: CANN's set_env.sh not sourced on an Ascend machine. A pass on the
     simulator there would be a false green: verify fails, naming the cause and the fix."""
     assert sh(shared, "python -m ascend_env install --patches always").returncode == 0
@@ -246,8 +301,10 @@ def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(sh
     on_npu = sh(shared, "python -m ascend_env verify", {**env, "PATH": f"{fake_bin}:{shared}:/usr/bin:/bin"})
     assert on_npu.returncode == 1, on_npu.stdout + on_npu.stderr
     assert on_npu.stdout.startswith("verify: FAILED on this machine's NPU: torch_npu did not start")
-    assert ("FAIL  device: this machine has an NPU (npu-smi info lists an Ascend910A), but torch_npu did "
-            "not start: ImportError: libhccl.so") in on_npu.stdout
+    assert (
+        "FAIL  device: this machine has an NPU (npu-smi info lists an Ascend910A), but torch_npu did "
+        "not start: ImportError: libhccl.so"
+    ) in on_npu.stdout
     assert f"fix: source {toolkit / 'set_env.sh'} in this shell" in on_npu.stdout
     assert "passed" not in on_npu.stdout
     # The same environment in a Docker build step (no device, no npu-smi): the simulator, and why.

@@ -33,8 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMERS = importlib.metadata.version("transformers")
 TORCH = importlib.metadata.version("torch")
 RECORD = os.environ.get("ASCEND_ENV_EXAMPLES_RECORD") == "1"
-DOCS = {"README.md": ROOT / "README.md", "docs/hook.md": ROOT / "docs" / "hook.md",
-        "docs/simulator.md": ROOT / "docs" / "simulator.md", "docs/verify.md": ROOT / "docs" / "verify.md"}
+DOCS = {
+    "README.md": ROOT / "README.md",
+    "docs/hook.md": ROOT / "docs" / "hook.md",
+    "docs/simulator.md": ROOT / "docs" / "simulator.md",
+    "docs/verify.md": ROOT / "docs" / "verify.md",
+}
 # Where the examples say the venv and the cache are.
 SHOWN_VENV, SHOWN_CACHE = "/opt/venv", "~/.cache/ascend-env"
 
@@ -74,8 +78,12 @@ def walkthrough(tmp_path_factory) -> Dict[str, object]:
     site = next(env_dir.glob("lib/python*/site-packages"))
     _linked_dependencies(root / "deps")
     (site / "zz_dependencies.pth").write_text(f"{root / 'deps'}\n")
-    base = {"PATH": f"{env_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-            "HOME": os.environ["HOME"], "ASCEND_ENV_CACHE_DIR": str(cache)}
+    base = {
+        "PATH": f"{env_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": os.environ["HOME"],
+        "ASCEND_ENV_CACHE_DIR": str(cache),
+    }
     for name in ("CXX", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
         if name in os.environ:
             base[name] = os.environ[name]
@@ -83,18 +91,29 @@ def walkthrough(tmp_path_factory) -> Dict[str, object]:
 
     def run(command: str, cwd: Path = root) -> Step:
         # As a Docker RUN step runs it: stdin closed, no TTY, a small environment.
-        done = subprocess.run(["sh", "-c", "exec 0<&-\n" + command], env=base, capture_output=True,
-                              text=True, cwd=str(cwd), timeout=1200)
+        done = subprocess.run(
+            ["sh", "-c", "exec 0<&-\n" + command],
+            env=base,
+            capture_output=True,
+            text=True,
+            cwd=str(cwd),
+            timeout=1200,
+        )
         step = Step(command, done.returncode, done.stdout, done.stderr)
         steps.append(step)
         return step
 
     run('pip install -q ".[sim]"', cwd=ROOT)
-    for command in ("python -m ascend_env verify --torch-npu 2.1.0.post6", "python -m ascend_env install",
-                    "python -m ascend_env verify --torch-npu 2.1.0.post6", "python -m ascend_env status",
-                    "python -m ascend_env restore", "python -m ascend_env status",
-                    "python -m ascend_env -q verify --torch-npu 2.1.0.post6",
-                    "python -m ascend_env verify -v --torch-npu 2.1.0.post6 --json"):
+    for command in (
+        "python -m ascend_env verify --torch-npu 2.1.0.post6",
+        "python -m ascend_env install",
+        "python -m ascend_env verify --torch-npu 2.1.0.post6",
+        "python -m ascend_env status",
+        "python -m ascend_env restore",
+        "python -m ascend_env status",
+        "python -m ascend_env -q verify --torch-npu 2.1.0.post6",
+        "python -m ascend_env verify -v --torch-npu 2.1.0.post6 --json",
+    ):
         run(command)
     return {"steps": steps, "site": site, "venv": env_dir, "cache": cache}
 
@@ -119,10 +138,14 @@ def test_verify_fails_first_on_the_isin_fallback_and_says_what_it_is_doing(walkt
     step = _step(walkthrough, 1)
     assert step.returncode == 1, step.stdout + step.stderr
     lines = step.stdout.splitlines()
-    assert lines[0] == ("verify: FAILED on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
-                        "--torch-npu was given")
-    assert any(line.startswith("  FAIL  isin fallback: aten::isin.Tensor_Tensor_out fell back to the CPU")
-               for line in lines)
+    assert lines[0] == (
+        "verify: FAILED on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
+        "--torch-npu was given"
+    )
+    assert any(
+        line.startswith("  FAIL  isin fallback: aten::isin.Tensor_Tensor_out fell back to the CPU")
+        for line in lines
+    )
     assert f"  FAIL  hook: the startup hook is not installed in {walkthrough['site']}" in lines
     fix = "        fix: python -m ascend_env install (patches and the startup hook), then verify again"
     assert fix in lines
@@ -144,18 +167,23 @@ def test_install_then_verify_passes_without_building_again(walkthrough):
     # No torch_npu here: nothing to patch (--patches auto), the startup hook alone (docs/states.md).
     assert install.stdout.startswith(f"hook installed: transformers 4.46.3 in {site}\n")
     assert "  torch_npu is not installed, so isin never reaches the NPU: no patch needed" in install.stdout
-    assert install.stdout.endswith("install: hook installed: the startup hook is installed; transformers' "
-                                   "files are not patched (status: hook only)\n")
+    assert install.stdout.endswith(
+        "install: hook installed: the startup hook is installed; transformers' "
+        "files are not patched (status: hook only)\n"
+    )
     verify = _step(walkthrough, 3)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.startswith("verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 "
-                                    "op table)")
+    assert verify.stdout.startswith(
+        "verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table)"
+    )
     assert "  FAIL" not in verify.stdout
     assert f"  ok    patches: not applied: transformers 4.46.3 in {site}; optional where" in verify.stdout
     registered = "registered isin.Tensor_Tensor, isin.Tensor_Tensor_out"
     # The sim extra brings no accelerate: that path is said to be untried, the others heard.
-    assert ("  ok    hook: heard of torch_npu through transformers' check, a plain import (not tried: "
-            f"import accelerate (accelerate is not installed)); {registered}") in verify.stdout
+    assert (
+        "  ok    hook: heard of torch_npu through transformers' check, a plain import (not tried: "
+        f"import accelerate (accelerate is not installed)); {registered}"
+    ) in verify.stdout
     assert re.search(r"\nverify: passed: all \d+ checks passed\n$", verify.stdout)
     assert "building" not in verify.stderr  # built once, by the first verify
 
@@ -166,16 +194,18 @@ def test_status_and_restore_say_the_same_as_install(walkthrough):
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.startswith(f"hook only: transformers 4.46.3 in {site}\n")
     assert "  startup hook: ran in a fresh process; waits for torch_npu (not installed)\n" in status.stdout
-    assert status.stdout.endswith("status: hook only: the startup hook is installed; transformers' files "
-                                  "are not patched\n")
+    assert status.stdout.endswith(
+        "status: hook only: the startup hook is installed; transformers' files are not patched\n"
+    )
     restore = _step(walkthrough, 5)
     assert restore.returncode == 0 and restore.stdout.startswith(f"restored: {site}\n")
     assert restore.stdout.splitlines()[-1].startswith("restore: restored: ")
     after = _step(walkthrough, 6)
     assert after.returncode == 1
     assert after.stdout.startswith(f"not applied: transformers 4.46.3 in {site}\n")
-    assert after.stdout.endswith("  run: ascend-env install\n"
-                                 "status: not applied: the startup hook is not installed\n")
+    assert after.stdout.endswith(
+        "  run: ascend-env install\nstatus: not applied: the startup hook is not installed\n"
+    )
     again = _step(walkthrough, 7)
     assert again.returncode == 1 and again.stdout.startswith("verify: FAILED")
 
@@ -197,7 +227,8 @@ def test_quiet_says_nothing_and_verbose_says_each_step_without_touching_stdout(w
 # -- the docs' examples ----------------------------------------------------------------------------
 
 _BLOCK = re.compile(
-    r"(<!-- example: (?P<name>[\w-]+) -->\n```console\n)(?P<body>.*?)(```\n<!-- /example -->)", re.S)
+    r"(<!-- example: (?P<name>[\w-]+) -->\n```console\n)(?P<body>.*?)(```\n<!-- /example -->)", re.S
+)
 _SECONDS = re.compile(r"\b\d+(\.\d+)? (s|min)\b")
 _DIGEST = re.compile(r"(sim-[\w.]+-)[0-9a-f]{12}")
 
@@ -241,8 +272,10 @@ def _in_start_order(lines: List[str]) -> List[str]:
     return out[:-1]
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11) or not TORCH.startswith("2.13.0"),
-                    reason="the docs' examples are recorded on Python 3.11 with torch 2.13.0")
+@pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11) or not TORCH.startswith("2.13.0"),
+    reason="the docs' examples are recorded on Python 3.11 with torch 2.13.0",
+)
 def test_the_docs_examples_are_what_the_walkthrough_printed(walkthrough):
     wanted = examples(walkthrough)
     found = set()
@@ -255,7 +288,8 @@ def test_the_docs_examples_are_what_the_walkthrough_printed(walkthrough):
             if not RECORD:
                 assert _comparable(match["body"]) == _comparable(body), (
                     f"{page}'s example {match['name']!r} differs from what the command printed; "
-                    "re-record with ASCEND_ENV_EXAMPLES_RECORD=1 and review the diff")
+                    "re-record with ASCEND_ENV_EXAMPLES_RECORD=1 and review the diff"
+                )
             return match.group(1) + body + match.group(4)
 
         updated = _BLOCK.sub(replace, text)

@@ -10,5 +10,13 @@ ISIN = "aten::isin.Tensor_Tensor_out"
 
 def report(pid: int, fallbacks=None, end: ProcessEnd = None, rank=None, origin="start") -> ProcessReport:
     """The report of an audited process that ran ``w.py`` on table ``t`` (its last one: ``end``)."""
-    return ProcessReport(pid=pid, ppid=1, argv=["w.py"], rank=rank, origin=origin, table="t",
-                         fallbacks=fallbacks or {}, end=end)
+    return ProcessReport(
+        pid=pid,
+        ppid=1,
+        argv=["w.py"],
+        rank=rank,
+        origin=origin,
+        table="t",
+        fallbacks=fallbacks or {},
+        end=end,
+    )

@@ -61,8 +61,12 @@ def import_targets(relative: str, source: Optional[str] = None) -> List[Tuple[in
 
 
 def _is_sys_modules(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "modules"
+        and isinstance(node.value, ast.Name)
         and node.value.id == "sys"
+    )
 
 
 def _looks_up_a_module(func: ast.AST) -> bool:
@@ -404,7 +408,9 @@ def test_a_name_missing_from_all_is_caught():
         "    from ascend_env.detect import no_such_name\n"
     )
     assert taken_names(planted) == [
-        ("patching/engine.py", "install"), ("patching/engine.py", "_plan"), ("__init__.py", "__version__")
+        ("patching/engine.py", "install"),
+        ("patching/engine.py", "_plan"),
+        ("__init__.py", "__version__"),
     ]
     exported = declared_all("patching/engine.py")
     assert "install" in exported and "_plan" not in exported
@@ -413,10 +419,16 @@ def test_a_name_missing_from_all_is_caught():
 # No import aliases: each ascend_env module (or name) is imported under its own name, so that a
 # name reads the same in every file. An alias stays only where it must, with the reason:
 ALIAS_ALLOWED = {
-    ("ascend_env/sim/pkgs/torch_npu/__init__.py", "ascend_env.sim", "_sim"):
-        "the simulated torch_npu's names are torch_npu's: ascend_env.sim stays private there",
-    ("ascend_env/sim/pkgs/torch_npu/__init__.py", "ascend_env.sim.device", "npu"):
-        "the simulated torch_npu's names are torch_npu's: ascend_env.sim.device is its torch_npu.npu",
+    (
+        "ascend_env/sim/pkgs/torch_npu/__init__.py",
+        "ascend_env.sim",
+        "_sim",
+    ): "the simulated torch_npu's names are torch_npu's: ascend_env.sim stays private there",
+    (
+        "ascend_env/sim/pkgs/torch_npu/__init__.py",
+        "ascend_env.sim.device",
+        "npu",
+    ): "the simulated torch_npu's names are torch_npu's: ascend_env.sim.device is its torch_npu.npu",
 }
 ALIAS_PLACES = ("ascend_env", "tests", "tools", "bench")
 

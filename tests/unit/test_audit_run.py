@@ -29,8 +29,10 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
     findings = audit.run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], "2.4.0", timeout=0.5)
     assert findings["ended"] == "timed out after 0.5 s" and findings["processes"] == 0
     assert audit_text.verdict(findings) == (
-        1, "audit failed on torch_npu 2.4.0: the command timed out after 0.5 s; fix: give it more time "
-           "(--timeout) or let it end by itself")
+        1,
+        "audit failed on torch_npu 2.4.0: the command timed out after 0.5 s; fix: give it more time "
+        "(--timeout) or let it end by itself",
+    )
     assert time.monotonic() - start < 10
     assert not alive(int(pidfile.read_text()))
 
@@ -53,8 +55,9 @@ def sigint_as_python_starts():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(tmp_path, monkeypatch, signum,
-                                                                          sigint_as_python_starts):
+def test_a_signal_to_the_audit_stops_the_command_and_removes_the_reports(
+    tmp_path, monkeypatch, signum, sigint_as_python_starts
+):
     pidfile = tmp_path / "pid"
     made = []
     real_mkdtemp = audit.tempfile.mkdtemp

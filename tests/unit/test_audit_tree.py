@@ -79,17 +79,30 @@ def test_the_text_names_them_and_ends_with_the_verdict(capsys):
     code = main(["audit", "--torch-npu", "2.4.0", "--", PY, "-c", CHILDREN])
     lines = capsys.readouterr().out.splitlines()
     assert code == 1, lines
-    at = lines.index("4 Python processes ran outside the simulator (unaudited: what fell back there is not "
-                     "counted):")
+    at = lines.index(
+        "4 Python processes ran outside the simulator (unaudited: what fell back there is not counted):"
+    )
     assert lines[at + 1].startswith("  pid ") and ": -I (isolated mode" in lines[at + 1]
-    assert lines[-1] == ("audit failed on torch_npu 2.4.0: 4 Python processes ran unaudited; fix: let every "
-                         "Python of the command run the audit's sitecustomize: no -I, -E or -S, and add to "
-                         "PYTHONPATH rather than replace it")
+    assert lines[-1] == (
+        "audit failed on torch_npu 2.4.0: 4 Python processes ran unaudited; fix: let every "
+        "Python of the command run the audit's sitecustomize: no -I, -E or -S, and add to "
+        "PYTHONPATH rather than replace it"
+    )
 
 
 def test_a_command_of_unaudited_pythons_only_is_a_failure_not_nothing_audited(capsys):
-    code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", "sh", "-c",
-                 f"{PY} -I -c 'import time; time.sleep(1)'"])
+    code = main(
+        [
+            "audit",
+            "--json",
+            "--torch-npu",
+            "2.4.0",
+            "--",
+            "sh",
+            "-c",
+            f"{PY} -I -c 'import time; time.sleep(1)'",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 1 and report["processes"] == 0 and len(report["unaudited"]) == 1
 
@@ -108,8 +121,10 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
 
 
 def test_forked_children_inherit_the_audit():
-    code = "import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n" \
-           "    os.waitpid(pid, 0)\n"
+    code = (
+        "import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+    )
     with pytest.raises(EnvironmentProblem, match="4 Python processes ran, and none imported torch"):
         audit.run([PY, "-c", code], "2.4.0")
 
@@ -133,8 +148,13 @@ def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path):
     base = dict(os.environ, PYTHONPATH=ROOT)
     env = tables.audited_environment(tables.choose_table("2.4.0"), tmp_path, base)
     plain, audited = (
-        set(ast.literal_eval(subprocess.run([PY, "-c", PROBE], env=environ, capture_output=True, text=True,
-                                            timeout=60, check=True).stdout))
+        set(
+            ast.literal_eval(
+                subprocess.run(
+                    [PY, "-c", PROBE], env=environ, capture_output=True, text=True, timeout=60, check=True
+                ).stdout
+            )
+        )
         for environ in (base, env)
     )
     added = {"ascend_env", "ascend_env._audited", "ascend_env.utils", "ascend_env.utils.importhooks"}
@@ -145,12 +165,23 @@ def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path):
 
 # ---------------------------------------------------------------- what the command leaves behind
 
+
 def test_a_daemon_holding_stdout_does_not_block_a_pipe(tmp_path):
     """`audit ... | tail`: a daemon in a session of its own keeps the command's stdout open; audit
     stops it, so the pipe's reader sees end of file within the linger time."""
     pidfile = tmp_path / "pid"
-    command = [PY, "-m", "ascend_env", "audit", "--torch-npu", "2.4.0", "--", "sh", "-c",
-               f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 0.5; echo done"]
+    command = [
+        PY,
+        "-m",
+        "ascend_env",
+        "audit",
+        "--torch-npu",
+        "2.4.0",
+        "--",
+        "sh",
+        "-c",
+        f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 0.5; echo done",
+    ]
     env = dict(os.environ, PYTHONPATH=ROOT)
     start = time.monotonic()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -166,8 +197,10 @@ def test_a_daemon_holding_stdout_does_not_block_a_pipe(tmp_path):
 
 def test_a_killed_audit_stops_the_command_and_removes_its_reports(tmp_path):
     pidfile = tmp_path / "pids"
-    script = (f"sleep 300 & echo $! > {pidfile}.tmp; setsid sleep 300 & echo $! >> {pidfile}.tmp; "
-              f"mv {pidfile}.tmp {pidfile}; wait")
+    script = (
+        f"sleep 300 & echo $! > {pidfile}.tmp; setsid sleep 300 & echo $! >> {pidfile}.tmp; "
+        f"mv {pidfile}.tmp {pidfile}; wait"
+    )
     env = dict(os.environ, PYTHONPATH=ROOT)
     command = [PY, "-m", "ascend_env", "audit", "--torch-npu", "2.4.0", "--", "sh", "-c", script]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -176,7 +209,7 @@ def test_a_killed_audit_stops_the_command_and_removes_its_reports(tmp_path):
         pids = [int(line) for line in pidfile.read_text().split()]
         environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
         marker = b"ASCEND_ENV_AUDIT_REPORTS="
-        (reports,) = [e[len(marker):].decode() for e in environ if e.startswith(marker)]
+        (reports,) = [e[len(marker) :].decode() for e in environ if e.startswith(marker)]
         assert os.path.isdir(reports)
         time.sleep(0.3)  # the audit has told its watchdog of every member by now
         proc.kill()
@@ -193,14 +226,14 @@ def test_a_killed_audit_stops_the_command_and_removes_its_reports(tmp_path):
 
 def test_report_directories_of_audits_that_are_gone_are_removed(tmp_path):
     me = os.getpid()
-    gone = tmp_path / f"{audit.SCRATCH_PREFIX}{2 ** 22 + 7}-12345-abc"  # no such pid
+    gone = tmp_path / f"{audit.SCRATCH_PREFIX}{2**22 + 7}-12345-abc"  # no such pid
     reused = tmp_path / f"{audit.SCRATCH_PREFIX}{me}-1-abc"  # this pid, another start time
     running = tmp_path / f"{audit.SCRATCH_PREFIX}{me}-{proctree.start_time(me)}-abc"
     unnamed = tmp_path / f"{audit.SCRATCH_PREFIX}k3j4h5"  # an older audit's: whose cannot be told
     for directory in (gone, reused, running, unnamed):
         directory.mkdir()
         (directory / "1-x.json").write_text("{}")
-    (tmp_path / f"{audit.SCRATCH_PREFIX}{2 ** 22 + 9}-1-link").symlink_to(running)
+    (tmp_path / f"{audit.SCRATCH_PREFIX}{2**22 + 9}-1-link").symlink_to(running)
     removed = audit.remove_stale_scratch(str(tmp_path))
     assert sorted(removed) == sorted([str(gone), str(reused)])
     assert running.is_dir() and unnamed.is_dir() and not gone.exists() and not reused.exists()
@@ -208,7 +241,7 @@ def test_report_directories_of_audits_that_are_gone_are_removed(tmp_path):
 
 def test_the_audit_removes_stale_directories_when_it_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = tmp_path / f"{audit.SCRATCH_PREFIX}{2 ** 22 + 7}-12345-abc"
+    gone = tmp_path / f"{audit.SCRATCH_PREFIX}{2**22 + 7}-12345-abc"
     gone.mkdir()
     with pytest.raises(EnvironmentProblem):
         audit.run(["true"], "2.4.0")
@@ -217,10 +250,13 @@ def test_the_audit_removes_stale_directories_when_it_starts(tmp_path, monkeypatc
 
 # ---------------------------------------------------------------- --json is one document
 
+
 def test_json_is_the_only_thing_on_stdout(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    code = (f"print('hello from the script'); import subprocess; subprocess.run([{PY!r}, '-I', '-c', "
-            "'import time; time.sleep(1)'])")
+    code = (
+        f"print('hello from the script'); import subprocess; subprocess.run([{PY!r}, '-I', '-c', "
+        "'import time; time.sleep(1)'])"
+    )
     command = [PY, "-m", "ascend_env", "audit", "--json", "--torch-npu", "2.4.0", "--", PY, "-c", code]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stdout)  # one document, nothing before or after it
@@ -232,10 +268,24 @@ def test_json_is_the_only_thing_on_stdout(tmp_path):
 def test_report_file_with_text_on_stdout(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = tmp_path / "audit.json"
-    code = (f"print('hello'); import subprocess; subprocess.run([{PY!r}, '-S', '-c', "
-            "'import time; time.sleep(1)'])")
-    command = [PY, "-m", "ascend_env", "audit", "--report", str(out), "--torch-npu", "2.4.0", "--", PY, "-c",
-               code]
+    code = (
+        f"print('hello'); import subprocess; subprocess.run([{PY!r}, '-S', '-c', "
+        "'import time; time.sleep(1)'])"
+    )
+    command = [
+        PY,
+        "-m",
+        "ascend_env",
+        "audit",
+        "--report",
+        str(out),
+        "--torch-npu",
+        "2.4.0",
+        "--",
+        PY,
+        "-c",
+        code,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stdout.splitlines()[0] == "hello"  # the command's stdout stays stdout

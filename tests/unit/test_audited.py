@@ -39,17 +39,20 @@ HARNESS = textwrap.dedent(
 )
 
 
-
 def run_reporter(tmp_path: Path, body: str, before: str = "") -> tuple:
     """Run ``body`` after installing the reporter (``before`` runs first); returns (returncode, reports)."""
     reports = tmp_path / "reports"
     reports.mkdir()
-    code = (HARNESS.format(root=ROOT) + textwrap.dedent(before)
-            + "_audited.install(Path(sys.argv[1]), counts, 'test-table')\n" + textwrap.dedent(body))
-    result = subprocess.run([sys.executable, "-c", code, str(reports)], capture_output=True, text=True,
-                            timeout=30)
+    code = (
+        HARNESS.format(root=ROOT)
+        + textwrap.dedent(before)
+        + "_audited.install(Path(sys.argv[1]), counts, 'test-table')\n"
+        + textwrap.dedent(body)
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(reports)], capture_output=True, text=True, timeout=30
+    )
     return result, process_reports.collect(reports)
-
 
 
 def by_origin(reports: List[dict], origin: str) -> List[dict]:
@@ -57,7 +60,9 @@ def by_origin(reports: List[dict], origin: str) -> List[dict]:
 
 
 def test_a_forked_child_reports_only_its_own_fallbacks(tmp_path):
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         fall(2)
         pid = os.fork()
         if pid == 0:
@@ -65,7 +70,8 @@ def test_a_forked_child_reports_only_its_own_fallbacks(tmp_path):
             os._exit(4)
         os.waitpid(pid, 0)
         fall(1)
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     (parent,), (child,) = by_origin(reports, "start"), by_origin(reports, "fork")
     assert parent["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 3} and parent["end"] == {"how": "exit"}
@@ -74,7 +80,9 @@ def test_a_forked_child_reports_only_its_own_fallbacks(tmp_path):
 
 
 def test_a_grandchild_subtracts_what_it_inherited_at_its_own_fork(tmp_path):
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         fall(5)
         pid = os.fork()
         if pid == 0:
@@ -86,7 +94,8 @@ def test_a_grandchild_subtracts_what_it_inherited_at_its_own_fork(tmp_path):
             os.waitpid(grandchild, 0)
             sys.exit(0)
         os.waitpid(pid, 0)
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     (parent,) = by_origin(reports, "start")
     (child,) = [r for r in reports if r["ppid"] == parent["pid"]]
@@ -98,22 +107,28 @@ def test_a_grandchild_subtracts_what_it_inherited_at_its_own_fork(tmp_path):
 
 def test_sigterm_while_the_last_report_is_written(tmp_path):
     # The handler runs in the thread that is writing (the main thread): it must not wait on it.
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         fall(1)
         SIGNAL_IN_COUNTS.append(signal.SIGTERM)
         os._exit(0)
-    """)
+    """,
+    )
     assert result.returncode == -signal.SIGTERM
     (report,) = reports
     assert report["end"] in ({"how": "signal", "signal": "SIGTERM"}, {"how": "os._exit", "code": 0})
 
 
 def test_counts_seen_before_sigkill_survive_it(tmp_path):
-    result, reports = run_reporter(tmp_path, f"""
+    result, reports = run_reporter(
+        tmp_path,
+        f"""
         fall(3)
         time.sleep({_audited.POLL_SECONDS * 6})
         os.kill(os.getpid(), signal.SIGKILL)
-    """)
+    """,
+    )
     assert result.returncode == -signal.SIGKILL
     (report,) = reports
     assert report["fallbacks"] == {"aten::isin.Tensor_Tensor_out": 3} and report["end"] is None
@@ -126,11 +141,14 @@ def test_a_process_is_reported_from_its_start(tmp_path):
 
 
 def test_sigterm_writes_the_report_and_still_kills(tmp_path):
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         fall(1)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
-    """)
+    """,
+    )
     assert result.returncode == -signal.SIGTERM
     (report,) = reports
     assert report["end"] == {"how": "signal", "signal": "SIGTERM"}
@@ -138,10 +156,14 @@ def test_sigterm_writes_the_report_and_still_kills(tmp_path):
 
 
 def test_an_ignored_sigterm_stays_ignored(tmp_path):
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
         os.kill(os.getpid(), signal.SIGTERM)
-    """, before="signal.signal(signal.SIGTERM, signal.SIG_IGN)\n")
+    """,
+        before="signal.signal(signal.SIGTERM, signal.SIG_IGN)\n",
+    )
     assert result.returncode == 0, result.stderr
     assert reports[0]["end"] == {"how": "exit"}
 
@@ -153,20 +175,26 @@ def test_an_uncaught_exception_is_told(tmp_path):
 
 
 def test_exec_writes_the_last_report_first(tmp_path):
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         fall(1)
         os.execv(sys.executable, [sys.executable, "-c", "pass"])
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert reports[0]["end"] == {"how": "exec"} and reports[0]["fallbacks"] != {}
 
 
 def test_a_fork_that_execs_at_once_is_not_a_process(tmp_path):
     # subprocess forks through the at-fork hooks when it has a preexec_fn.
-    result, reports = run_reporter(tmp_path, """
+    result, reports = run_reporter(
+        tmp_path,
+        """
         subprocess.run(["true"], preexec_fn=lambda: None, check=True)
         subprocess.run(["true"], check=True)
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert len(reports) == 1
 
@@ -177,8 +205,15 @@ def test_install_twice_is_refused(tmp_path):
 
 
 def test_what_the_reporter_writes_reads_back(tmp_path):
-    data = {"pid": 3, "argv": ["x\udcff", "é", "\U0001f600", 'q"\\\n\t\x01'], "fallbacks": {"aten::a": 2},
-            "end": None, "torch": False, "ratio": 0.5, "nested": [[1], {"k": None}]}
+    data = {
+        "pid": 3,
+        "argv": ["x\udcff", "é", "\U0001f600", 'q"\\\n\t\x01'],
+        "fallbacks": {"aten::a": 2},
+        "end": None,
+        "torch": False,
+        "ratio": 0.5,
+        "nested": [[1], {"k": None}],
+    }
     path = str(tmp_path / "3-x.json")
     _audited.write_json(path, data)
     text = Path(path).read_text(encoding="ascii")

@@ -152,9 +152,7 @@ def test_an_exception_after_torch_npu_loads_is_recorded_not_raised(tmp_path: Pat
 
 def test_calling_main_twice_is_harmless(tmp_path: Path):
     write_hook(tmp_path)
-    code = (
-        "import ascend_env_hook as b\nb.main(); b.main()\n" + COUNT_FINDERS
-    )
+    code = "import ascend_env_hook as b\nb.main(); b.main()\n" + COUNT_FINDERS
     result = run_python(tmp_path, code)
     assert result.stdout.strip() == "1"
 
@@ -203,8 +201,16 @@ def test_the_installed_module_is_the_boot_source():
 
 @pytest.mark.parametrize(
     "value, disabled",
-    [("1", True), ("yes", True), (" TRUE ", True), ("", False), ("0", False), ("false", False),
-     ("No", False), (" off ", False)],
+    [
+        ("1", True),
+        ("yes", True),
+        (" TRUE ", True),
+        ("", False),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        (" off ", False),
+    ],
 )
 def test_kill_switch_values(tmp_path: Path, value: str, disabled: bool):
     write_hook(tmp_path)
@@ -258,8 +264,7 @@ def test_imported_under_its_package_name_it_does_not_start(tmp_path: Path):
     # ascend_env.hook.boot is the source of the hook; importing it (as tests and hook.files() do)
     # must not put a finder into the importing process.
     code = (
-        "from ascend_env.hook import boot\n"
-        "print(boot.STATE.started, any(f is boot for f in sys.meta_path))"
+        "from ascend_env.hook import boot\nprint(boot.STATE.started, any(f is boot for f in sys.meta_path))"
     )
     result = run_python(tmp_path, code)
     assert result.returncode == 0, result.stderr
@@ -317,8 +322,10 @@ def _events_after(tmp_path: Path, body: str, *, subpackage: bool = False) -> dic
         (PROBE + f"assert {FIND} is not None", "torch_npu: import after 1 probe"),
         (PROBE + f"for _ in range(3): {FIND}", "torch_npu: import after 3 probes"),
         ("import importlib\nimportlib.import_module('torch_npu')", "torch_npu: import"),
-        (PROBE + f"{FIND}\nimport importlib\nimportlib.import_module('torch_npu')",
-         "torch_npu: import after 1 probe"),
+        (
+            PROBE + f"{FIND}\nimport importlib\nimportlib.import_module('torch_npu')",
+            "torch_npu: import after 1 probe",
+        ),
         ("__import__('torch_npu')", "torch_npu: import"),
     ],
     ids=["plain", "one-probe", "three-probes", "import_module", "probe-then-import_module", "__import__"],

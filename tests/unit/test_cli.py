@@ -37,9 +37,16 @@ def test_unknown_subcommand_is_a_usage_error():
     assert "--help" in result.stderr
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("instal", "install"), ("verfy", "verify"),
-                                              ("stauts", "status"), ("patch_wheel", "patch-wheel"),
-                                              ("hlep", "help")])
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("instal", "install"),
+        ("verfy", "verify"),
+        ("stauts", "status"),
+        ("patch_wheel", "patch-wheel"),
+        ("hlep", "help"),
+    ],
+)
 def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
     result = run_cli("-q", typed, "--json")
     assert result.returncode == 2
@@ -122,11 +129,16 @@ def test_version_flag_says_where_it_runs_from_and_on_which_python():
     assert result.returncode == 0
     version = ".".join(map(str, sys.version_info[:3]))
     # The package that runs: what `python -m` finds from here (a checkout, or an installed wheel).
-    where = subprocess.run([sys.executable, "-c", "import ascend_env, pathlib; "
-                            "print(pathlib.Path(ascend_env.__file__).parent)"],
-                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
-    assert result.stdout == (f"ascend-env {cli.__version__} from {where} "
-                             f"(Python {version}, {sys.executable})\n")
+    where = subprocess.run(
+        [sys.executable, "-c", "import ascend_env, pathlib; print(pathlib.Path(ascend_env.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    assert result.stdout == (
+        f"ascend-env {cli.__version__} from {where} (Python {version}, {sys.executable})\n"
+    )
 
 
 def test_output_is_plain_off_a_tty():
@@ -164,8 +176,14 @@ def test_ctrl_c_while_ascend_env_starts_is_one_line(tmp_path):
         "sys.meta_path.insert(0, Interrupt())\n"
         "runpy.run_module('ascend_env', run_name='__main__')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert result.returncode == 130
     assert result.stderr == "ascend-env: interrupted while starting; nothing was changed.\n"
 
@@ -201,18 +219,27 @@ def test_the_sim_extra_pins_what_the_old_torch_envs_test():
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(root / "tox.ini")
     section = tox["testenv:torch-{2.1.0,2.2.0,2.3.1}"]
-    pythons = {line.split(":")[0].strip(): line.split("python")[1].strip()
-               for line in section["base_python"].strip().splitlines()}
+    pythons = {
+        line.split(":")[0].strip(): line.split("python")[1].strip()
+        for line in section["base_python"].strip().splitlines()
+    }
     deps = [line.strip() for line in section["deps"].strip().splitlines()]
+
     def chosen(python: str) -> set:
         env = dict(default_environment(), python_version=python)
-        return {f"{r.name}{r.specifier}" for r in map(Requirement, extra)
-                if r.marker is None or r.marker.evaluate(env)}
+        return {
+            f"{r.name}{r.specifier}"
+            for r in map(Requirement, extra)
+            if r.marker is None or r.marker.evaluate(env)
+        }
 
     for torch, python in pythons.items():
         # einops: only for the transformers 4.53 matrix runs of those envs, not for the extra's 4.46.3.
-        wanted = {line.split(": ")[1] for line in deps
-                  if line.startswith(f"{torch}:") and not line.split(": ")[1].startswith("einops")}
+        wanted = {
+            line.split(": ")[1]
+            for line in deps
+            if line.startswith(f"{torch}:") and not line.split(": ")[1].startswith("einops")
+        }
         assert chosen(python) >= wanted | {f"torch=={torch}", "transformers==4.46.3"}, torch
     assert chosen("3.11") == {"torch==2.13.0", "transformers==4.46.3"}
 
@@ -231,9 +258,11 @@ def test_one_source_for_every_reinstall_command():
     assert "wheel or clone" in REINSTALL_ASCEND_ENV
     package = Path(__file__).resolve().parents[2] / "ascend_env"
     flags = ("--force-reinstall", "--ignore-installed")
-    by_hand = [str(path.relative_to(package)) for path in package.rglob("*.py")
-               if any(flag in path.read_text(encoding="utf-8") for flag in flags)
-               and path.name != "exceptions.py"]
+    by_hand = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(flag in path.read_text(encoding="utf-8") for flag in flags) and path.name != "exceptions.py"
+    ]
     assert by_hand == []
 
 
@@ -252,16 +281,24 @@ def test_a_command_imports_only_what_it_needs(argv, tmp_path):
     """``detect`` and ``status`` load neither the checks, nor the simulator, nor torch: the CLI
     imports the chosen command's module alone."""
     record = tmp_path / "modules.json"
-    done = subprocess.run([sys.executable, "-c", _IMPORTS_AT_EXIT, str(record), *argv],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AT_EXIT, str(record), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode in (0, 1), done.stderr
     if "--json" in argv:
         assert isinstance(json.loads(done.stdout), dict)
     modules = json.loads(record.read_text())
     assert f"ascend_env.commands.{argv[0]}" in modules
-    unwanted = [name for name in modules
-                if name in ("torch", "ascend_env.checks", "ascend_env.sim")
-                or name.startswith(("torch.", "ascend_env.checks.", "ascend_env.sim."))]
+    unwanted = [
+        name
+        for name in modules
+        if name in ("torch", "ascend_env.checks", "ascend_env.sim")
+        or name.startswith(("torch.", "ascend_env.checks.", "ascend_env.sim."))
+    ]
     assert unwanted == []
     others = {f"ascend_env.commands.{name.replace('-', '_')}" for name in cli.COMMANDS if name != argv[0]}
     assert others.isdisjoint(modules)

@@ -89,7 +89,11 @@ def _run(tmp: Path, steps: List[Step]) -> str:
         env = dict(base, **extra)
         done = subprocess.run(
             [sys.executable, "-m", "ascend_env", *args],
-            capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=str(tmp),
         )
         shown_env = "".join(f"{k}={v} " for k, v in sorted(extra.items()))
         out.append(
@@ -100,6 +104,7 @@ def _run(tmp: Path, steps: List[Step]) -> str:
 
 
 # --- the trees the commands work on ---------------------------------------------------------
+
 
 def _dist_info(site: Path, fixture: str) -> None:
     """A real dist-info from tests/unit/data (torch, torch_npu, transformers metadata)."""
@@ -158,6 +163,7 @@ def _wheel(directory: Path, version: str = "4.46.3") -> Path:
 
 
 # --- the scenarios ----------------------------------------------------------------------------
+
 
 def detect_steps(tmp: Path) -> List[Step]:
     site, root = _detect_tree(tmp)
@@ -240,11 +246,25 @@ def patch_wheel_steps(tmp: Path) -> List[Step]:
     (tmp / "out").mkdir()
     return [
         (["patch-wheel", str(wheel), "-o", str(tmp / "out"), "--patches-dir", str(patches)], {}),
-        (["patch-wheel", str(wheel), "-o", str(tmp / "out2"), "--patches-dir", str(patches), "--json",
-          "--build", "2"], {}),
+        (
+            [
+                "patch-wheel",
+                str(wheel),
+                "-o",
+                str(tmp / "out2"),
+                "--patches-dir",
+                str(patches),
+                "--json",
+                "--build",
+                "2",
+            ],
+            {},
+        ),
         (["patch-wheel", str(tmp / "missing.whl"), "--patches-dir", str(patches)], {}),
-        (["patch-wheel", str(_wheel(tmp, "4.0.0")), "-o", str(tmp / "out"), "--patches-dir",
-          str(patches)], {}),
+        (
+            ["patch-wheel", str(_wheel(tmp, "4.0.0")), "-o", str(tmp / "out"), "--patches-dir", str(patches)],
+            {},
+        ),
     ]
 
 

@@ -64,8 +64,13 @@ def test_find_ignores_local_labels(table):
 
 @pytest.mark.parametrize(
     "pinned, installed, expected",
-    [("2.1.0", "2.1.0+cpu", True), ("2.1.0", "2.1.0", True), ("2.1.0", "2.1.1", False),
-     ("2.13.0", "2.13.0+cpu", True), ("2.1.0", "garbage", None)],
+    [
+        ("2.1.0", "2.1.0+cpu", True),
+        ("2.1.0", "2.1.0", True),
+        ("2.1.0", "2.1.1", False),
+        ("2.13.0", "2.13.0+cpu", True),
+        ("2.1.0", "garbage", None),
+    ],
 )
 def test_torch_matches_ignores_local_labels(pinned, installed, expected):
     assert compat.torch_matches(pinned, installed) is expected

@@ -69,15 +69,18 @@ def test_unreadable_kernels_dir_is_unknown_not_an_error(tmp_path, monkeypatch):
     assert found.installed is None and "cannot be read" in found.reason
 
 
-@pytest.mark.parametrize("soc, kernels, enabled, applies, words", [
-    ("Ascend910A", True, True, True, "JIT compile on"),
-    ("Ascend310P3", True, True, True, "JIT compile on"),
-    ("Ascend910B3", True, True, False, "not needed"),
-    ("Ascend910A", False, True, False, "Ascend-cann-kernels-910a"),
-    ("Ascend310P3", None, True, False, "no binary kernels"),
-    (None, True, True, False, "SoC is unknown"),
-    ("Ascend910A", True, False, False, "turned off"),
-])
+@pytest.mark.parametrize(
+    "soc, kernels, enabled, applies, words",
+    [
+        ("Ascend910A", True, True, True, "JIT compile on"),
+        ("Ascend310P3", True, True, True, "JIT compile on"),
+        ("Ascend910B3", True, True, False, "not needed"),
+        ("Ascend910A", False, True, False, "Ascend-cann-kernels-910a"),
+        ("Ascend310P3", None, True, False, "no binary kernels"),
+        (None, True, True, False, "SoC is unknown"),
+        ("Ascend910A", True, False, False, "turned off"),
+    ],
+)
 def test_decision(soc, kernels, enabled, applies, words):
     decision = compile_guard.decide(soc, "test", Kernels(kernels, "/k", reason="why"), enabled)
     assert decision.apply is applies
@@ -118,8 +121,9 @@ def test_from_environment_reads_toolkit_and_switch(tmp_path):
     assert compile_guard.from_environment(env).apply
     assert not compile_guard.from_environment({**env, "ASCEND_ENV_COMPILE_GUARD": "0"}).apply
     assert not compile_guard.from_environment(env, enabled=False).apply
-    simulated = compile_guard.from_environment({"ASCEND_TOOLKIT_HOME": str(root)},
-                                               soc=("Ascend310P3", "simulator"))
+    simulated = compile_guard.from_environment(
+        {"ASCEND_TOOLKIT_HOME": str(root)}, soc=("Ascend310P3", "simulator")
+    )
     assert simulated.apply and simulated.soc_source == "simulator"
 
 

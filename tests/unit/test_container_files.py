@@ -66,6 +66,7 @@ def test_check_is_an_executable_bash_script():
 
 # -- where the check's packages come from ----------------------------------------------------------
 
+
 def _run_mirror(tmp_path: Path, indextargets: str, uid: int = 1000):
     """container/debian-mirror with a stand-in apt-get (and id) printing ``indextargets``."""
     import subprocess
@@ -106,10 +107,19 @@ def test_no_debian_archive_in_apt_is_said_not_guessed(tmp_path):
 def test_the_container_check_and_the_generators_name_no_package_registry():
     """Packages come from the machine's apt and pip configuration; no host of an archive or an
     index is written into the project's scripts or these docs."""
-    files = [*CONTAINER.rglob("*"), ROOT / "tools" / "gen_optables.py", ROOT / "docs" / "docker.md",
-             ROOT / "docs" / "install.md", ROOT / "docs" / "reliability.md", ROOT / "docs" / "simulator.md"]
+    files = [
+        *CONTAINER.rglob("*"),
+        ROOT / "tools" / "gen_optables.py",
+        ROOT / "docs" / "docker.md",
+        ROOT / "docs" / "install.md",
+        ROOT / "docs" / "reliability.md",
+        ROOT / "docs" / "simulator.md",
+    ]
     url = re.compile(r"\b(?:https?|ftp)://(?!localhost\b)[\w.-]+")
-    named = [f"{path.relative_to(ROOT)}: {match.group()}" for path in files
-             if path.is_file() and path.suffix not in (".whl",)
-             for match in url.finditer(path.read_text(encoding="utf-8", errors="replace"))]
+    named = [
+        f"{path.relative_to(ROOT)}: {match.group()}"
+        for path in files
+        if path.is_file() and path.suffix not in (".whl",)
+        for match in url.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
     assert named == []

@@ -16,10 +16,18 @@ import coverage_matrix  # noqa: E402
 
 def _record(before: dict, after: dict, strategies: dict) -> dict:
     arch = {"category": "decoder-only", "error": None}
-    return {"table": "2.2.0", "torch": "2.3.1", "transformers": "4.57.6", "python": "3.10.13",
-            "strategies": list(strategies), "seconds": 1,
-            "phases": {"before": {"llama": {**arch, "fallbacks": before, "strategies": strategies}},
-                       "after": {"llama": {**arch, "fallbacks": after, "strategies": strategies}}}}
+    return {
+        "table": "2.2.0",
+        "torch": "2.3.1",
+        "transformers": "4.57.6",
+        "python": "3.10.13",
+        "strategies": list(strategies),
+        "seconds": 1,
+        "phases": {
+            "before": {"llama": {**arch, "fallbacks": before, "strategies": strategies}},
+            "after": {"llama": {**arch, "fallbacks": after, "strategies": strategies}},
+        },
+    }
 
 
 def test_the_generated_docs_match_the_data():
@@ -47,11 +55,20 @@ def test_problems_catch_a_fallback_after_install_and_different_tokens():
     assert coverage_matrix.problems(clean) == []
     late = _record({}, {"aten::polar.out": 2}, {"greedy_2eos": "same"})
     assert coverage_matrix.problems(late) == ["after install: llama: aten::polar.out fell back"]
-    differs = _record({}, {}, {"sampling": "differs", "assisted": "npu error: RuntimeError: x",
-                              "static_cache": "not covered: ValueError: y"})
+    differs = _record(
+        {},
+        {},
+        {
+            "sampling": "differs",
+            "assisted": "npu error: RuntimeError: x",
+            "static_cache": "not covered: ValueError: y",
+        },
+    )
     assert coverage_matrix.problems(differs) == [
-        "before: llama sampling: differs", "before: llama assisted: npu error: RuntimeError: x",
-        "after: llama sampling: differs", "after: llama assisted: npu error: RuntimeError: x",
+        "before: llama sampling: differs",
+        "before: llama assisted: npu error: RuntimeError: x",
+        "after: llama sampling: differs",
+        "after: llama assisted: npu error: RuntimeError: x",
     ]
 
 
@@ -64,13 +81,16 @@ def test_strategy_status():
 
 def test_render_lists_fallbacks_and_what_was_not_covered(tmp_path):
     data = tmp_path / "coverage.json"
-    coverage_matrix.merge(data, _record({"aten::polar.out": 2}, {}, {"greedy_2eos": "same",
-                                                                      "static_cache": "not covered: E: y"}))
+    coverage_matrix.merge(
+        data,
+        _record({"aten::polar.out": 2}, {}, {"greedy_2eos": "same", "static_cache": "not covered: E: y"}),
+    )
     page = coverage_matrix.render_page(coverage_matrix.load(data))
     assert "| llama | decoder-only | `polar.out` | none | 1 of 1 | static_cache (E: y) |" in page
     summary = coverage_matrix.summary_lines(coverage_matrix.load(data))
-    assert summary[-1] == ("| torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | `polar.out` "
-                           "(all 1 models) | none |")
+    assert summary[-1] == (
+        "| torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | `polar.out` (all 1 models) | none |"
+    )
 
 
 def test_merge_adds_architectures_to_an_earlier_run(tmp_path):
@@ -104,8 +124,13 @@ def test_merge_adds_strategies_to_an_architecture(tmp_path):
 def test_the_matrix_is_each_table_with_its_pinned_torch_and_other_pairings_are_extra(tmp_path):
     cells = coverage_matrix.matrix_cells()
     assert [(c["table"], c["torch"]) for c in cells] == [
-        ("2.1.0.post6", "2.1.0"), ("2.1.0.post6", "2.1.0"), ("2.2.0", "2.2.0"), ("2.2.0", "2.2.0"),
-        ("2.3.1", "2.3.1"), ("2.3.1", "2.3.1")]
+        ("2.1.0.post6", "2.1.0"),
+        ("2.1.0.post6", "2.1.0"),
+        ("2.2.0", "2.2.0"),
+        ("2.2.0", "2.2.0"),
+        ("2.3.1", "2.3.1"),
+        ("2.3.1", "2.3.1"),
+    ]
     data = tmp_path / "coverage.json"
     extra = _record({}, {}, {"greedy_2eos": "same"})  # table 2.2.0 with torch 2.3.1
     pinned = {**_record({}, {}, {"greedy_2eos": "same"}), "table": "2.3.1"}

@@ -90,11 +90,14 @@ def npu_smi(name: str):
     return lambda: f"| NPU   Name          | Health |\n| 0     {name}         | OK     |\n"
 
 
-@pytest.mark.parametrize("soc, kernels, online, advice", [
-    ("910PremiumA", True, True, "run: python -m ascend_env install"),
-    ("310P3", False, True, "install the binary kernels (Ascend-cann-kernels-310p)"),
-    ("910B3", True, False, None),
-])
+@pytest.mark.parametrize(
+    "soc, kernels, online, advice",
+    [
+        ("910PremiumA", True, True, "run: python -m ascend_env install"),
+        ("310P3", False, True, "install the binary kernels (Ascend-cann-kernels-310p)"),
+        ("910B3", True, False, None),
+    ],
+)
 def test_compile_mode_says_when_generation_compiles_online(tmp_path, site, soc, kernels, online, advice):
     install_torch_npu(site)
     root = make_cann(tmp_path / "Ascend")
@@ -217,22 +220,56 @@ def test_json_schema_is_stable(tmp_path, site):
     document = run(tmp_path, site).to_dict()
     assert document["schema"] == 1
     assert list(document) == [
-        "schema", "verdict", "python", "torch", "torch_npu", "transformers", "cann", "driver",
-        "isin", "fixes", "compat", "compile_mode", "problems", "notes",
+        "schema",
+        "verdict",
+        "python",
+        "torch",
+        "torch_npu",
+        "transformers",
+        "cann",
+        "driver",
+        "isin",
+        "fixes",
+        "compat",
+        "compile_mode",
+        "problems",
+        "notes",
     ]
     assert set(document["compile_mode"]) == {
-        "soc", "soc_source", "kernels", "jit_compile_default", "compiles_online",
+        "soc",
+        "soc_source",
+        "kernels",
+        "jit_compile_default",
+        "compiles_online",
     }
     assert set(document["torch_npu"]) == {
-        "installed", "version", "location", "package_dir", "requires_torch", "shadowed", "problems",
+        "installed",
+        "version",
+        "location",
+        "package_dir",
+        "requires_torch",
+        "shadowed",
+        "problems",
     }
     assert set(document["isin"]) == {
-        "falls_back", "status", "reason", "native", "missing", "install_has_work", "install_reason",
+        "falls_back",
+        "status",
+        "reason",
+        "native",
+        "missing",
+        "install_has_work",
+        "install_reason",
         "hook_installed",
     }
     assert set(document["compat"]) == {"verdict", "reasons", "checks", "notes", "row"}
     assert set(document["cann"]) == {
-        "found", "root", "origin", "version", "version_source", "searched", "problems",
+        "found",
+        "root",
+        "origin",
+        "version",
+        "version_source",
+        "searched",
+        "problems",
     }
     assert set(document["driver"]) == {"found", "path", "origin", "version", "version_source", "problems"}
 
@@ -243,8 +280,13 @@ def test_json_schema_is_stable(tmp_path, site):
 @pytest.fixture
 def fake_detect(tmp_path, monkeypatch):
     bound = functools.partial(
-        detect, environ={}, prefixes=[tmp_path / "Ascend"], install_info=tmp_path / "none",
-        driver_prefix=tmp_path / "Ascend", machine="aarch64", python_version=(3, 10, 1),
+        detect,
+        environ={},
+        prefixes=[tmp_path / "Ascend"],
+        install_info=tmp_path / "none",
+        driver_prefix=tmp_path / "Ascend",
+        machine="aarch64",
+        python_version=(3, 10, 1),
     )
     monkeypatch.setattr(ascend_env.commands.detect, "detect", bound)
 
@@ -316,8 +358,10 @@ def test_fixes_per_op_for_the_installed_release(tmp_path, site):
 def test_a_release_without_polar_falls_back_on_it(tmp_path, site):
     package = install_torch_npu(site, version="2.2.0", native_isin=True)
     codegen = package / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml"
-    polar = ("- func: polar(Tensor abs, Tensor angle) -> Tensor\n  impl_ns: op_api\n- func: polar.out("
-             "Tensor abs, Tensor angle, *, Tensor(a!) out) -> Tensor(a!)\n  impl_ns: op_api\n")
+    polar = (
+        "- func: polar(Tensor abs, Tensor angle) -> Tensor\n  impl_ns: op_api\n- func: polar.out("
+        "Tensor abs, Tensor angle, *, Tensor(a!) out) -> Tensor(a!)\n  impl_ns: op_api\n"
+    )
     assert polar in codegen.read_text()
     codegen.write_text(codegen.read_text().replace(polar, ""))
     report = run(tmp_path, site)
@@ -337,9 +381,11 @@ def test_the_startup_hook_makes_them_fixed(tmp_path, site):
     assert _statuses(report)["isin"] == ("fixed", ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"])
     assert _statuses(report)["polar"] == ("host_copy", [])
     assert report.to_dict()["fixes"][0] == {
-        "op": "isin", "status": "fixed", "falls_back": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
+        "op": "isin",
+        "status": "fixed",
+        "falls_back": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
         "reason": f"no NPU kernel in torch_npu 2.1.0.post6; the startup hook in {site} registers "
-                  "ascend-env's",
+        "ascend-env's",
     }
 
 

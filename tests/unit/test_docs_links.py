@@ -13,8 +13,22 @@ spec.loader.exec_module(check_links)
 README = ROOT / "README.md"
 # CI (.ci/run) runs this line of the README verbatim.
 TEST_COMMAND = 'pip install "tox>=4.20" && tox run-parallel -m test'
-PAGES = ["index", "detect", "install", "verify", "audit", "states", "patches", "hook", "simulator", "isin",
-         "architecture", "reliability", "versions", "docker"]
+PAGES = [
+    "index",
+    "detect",
+    "install",
+    "verify",
+    "audit",
+    "states",
+    "patches",
+    "hook",
+    "simulator",
+    "isin",
+    "architecture",
+    "reliability",
+    "versions",
+    "docker",
+]
 
 
 def test_readme_and_every_page_have_no_broken_link_or_path():
@@ -67,7 +81,9 @@ def test_broken_files_anchors_and_repository_paths_are_reported(tmp_path):
 
 def test_github_heading_ids():
     assert check_links.anchors("# `install`, `restore`, `status`, `patch-wheel`\n# A\n# A\n") == {
-        "install-restore-status-patch-wheel", "a", "a-1",
+        "install-restore-status-patch-wheel",
+        "a",
+        "a-1",
     }
 
 

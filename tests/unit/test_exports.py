@@ -52,8 +52,13 @@ def uses() -> List[Tuple[str, str, str]]:
                     elif node.module in MODULES:
                         found.append((importer, node.module, alias.name))
             elif isinstance(node, ast.Import):
-                aliases.update({alias.asname: alias.name for alias in node.names
-                                if alias.asname and alias.name in MODULES})
+                aliases.update(
+                    {
+                        alias.asname: alias.name
+                        for alias in node.names
+                        if alias.asname and alias.name in MODULES
+                    }
+                )
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
                 continue

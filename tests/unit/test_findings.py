@@ -11,8 +11,10 @@ from ascend_env.checks.findings import Ending, Outcome, describe_exit, findings_
 from ascend_env.exceptions import EnvironmentProblem
 
 
-@pytest.mark.parametrize("returncode, text", [(0, "exited 0"), (3, "exited 3"), (-11, "killed by SIGSEGV"),
-                                              (-9, "killed by SIGKILL")])
+@pytest.mark.parametrize(
+    "returncode, text",
+    [(0, "exited 0"), (3, "exited 3"), (-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL")],
+)
 def test_describe_exit(returncode, text):
     assert describe_exit(returncode) == text
     assert Outcome(10, returncode).ended() == text
@@ -22,15 +24,18 @@ def test_a_timeout_is_the_ending():
     assert Outcome(10, -15, timeout=2.5, timed_out=True).ended() == "timed out after 2.5 s"
 
 
-@pytest.mark.parametrize("end, text, abnormal", [
-    ({"how": "exit"}, "exited", False),
-    ({"how": "exec"}, "replaced itself (exec)", False),
-    ({"how": "os._exit", "code": 0}, "os._exit(0)", False),
-    ({"how": "os._exit", "code": 3}, "os._exit(3)", True),
-    ({"how": "exception", "exception": "KeyError"}, "uncaught KeyError", True),
-    ({"how": "signal", "signal": "SIGTERM"}, "terminated by SIGTERM", False),
-    (None, "ended without a last report (killed by a signal, or crashed)", True),
-])
+@pytest.mark.parametrize(
+    "end, text, abnormal",
+    [
+        ({"how": "exit"}, "exited", False),
+        ({"how": "exec"}, "replaced itself (exec)", False),
+        ({"how": "os._exit", "code": 0}, "os._exit(0)", False),
+        ({"how": "os._exit", "code": 3}, "os._exit(3)", True),
+        ({"how": "exception", "exception": "KeyError"}, "uncaught KeyError", True),
+        ({"how": "signal", "signal": "SIGTERM"}, "terminated by SIGTERM", False),
+        (None, "ended without a last report (killed by a signal, or crashed)", True),
+    ],
+)
 def test_process_ending(end, text, abnormal):
     ending = process_ending(report(20, end=end), Outcome(10, 0))
     assert ending == Ending(text, abnormal)
@@ -49,8 +54,11 @@ def test_nothing_audited_says_how_the_command_ended():
 
 def test_processes_that_never_imported_torch_audit_nothing():
     light = dict(report(10, end={"how": "exit"}), torch=False)
-    with pytest.raises(EnvironmentProblem, match=r"\(the command exited 1\): 1 Python process ran, and none "
-                                                 "imported torch") as raised:
+    with pytest.raises(
+        EnvironmentProblem,
+        match=r"\(the command exited 1\): 1 Python process ran, and none "
+        "imported torch",
+    ) as raised:
         findings_from("t", ["x"], Outcome(10, 1), [light])
     assert raised.value.exit_code == 2
     # One that did is audited; the light one still counts as an audited process.

@@ -156,12 +156,22 @@ JSON = st.recursive(
     max_leaves=20,
 )
 ENTRY = st.fixed_dictionaries(
-    {"path": st.text(max_size=30), "kind": st.sampled_from(["patch", "record", "extra", "x"]),
-     "before": st.none() | st.text("0123456789abcdef", min_size=63, max_size=64), "after": JSON}
+    {
+        "path": st.text(max_size=30),
+        "kind": st.sampled_from(["patch", "record", "extra", "x"]),
+        "before": st.none() | st.text("0123456789abcdef", min_size=63, max_size=64),
+        "after": JSON,
+    }
 )
 STATE = st.fixed_dictionaries(
-    {"schema": st.sampled_from([1, 2, "1"]), "tool_version": JSON, "applied_at": JSON,
-     "distribution": JSON, "version": JSON, "entries": st.lists(ENTRY, max_size=3) | JSON}
+    {
+        "schema": st.sampled_from([1, 2, "1"]),
+        "tool_version": JSON,
+        "applied_at": JSON,
+        "distribution": JSON,
+        "version": JSON,
+        "entries": st.lists(ENTRY, max_size=3) | JSON,
+    }
 )
 
 

@@ -196,7 +196,8 @@ def test_status_says_the_hook_was_not_checked_where_torch_npu_does_not_import(tm
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
     (site / "torch_npu").mkdir()
     (site / "torch_npu" / "__init__.py").write_text(
-        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
+    )
     result = status_in(python, "--patches-dir", str(patches))
     assert result.returncode == 0, result.stdout
     assert "not checked there: torch_npu does not import (ImportError: libhccl.so" in result.stdout
@@ -226,7 +227,8 @@ def test_status_keeps_its_answer_when_the_probed_process_prints_at_exit(tmp_path
     python = hooked_venv(tmp_path, patches)
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
     (site / "zz_printer.pth").write_text(
-        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and print({AT_EXIT[printed]}))\n")
+        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and print({AT_EXIT[printed]}))\n"
+    )
     result = status_in(python, "--json", "--patches-dir", str(patches))
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
@@ -264,7 +266,8 @@ def test_a_probe_answer_that_is_not_the_probes_is_said_not_parsed(tmp_path: Path
     data = OVERWRITES[overwrite]
     write = f"open(sys.argv[1], 'wb').write({data} if isinstance({data}, bytes) else ({data}).encode())"
     (site / "zz_overwrite.pth").write_text(
-        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and {write})\n")
+        f"import atexit, sys; atexit.register(lambda: sys.argv[0] == '-c' and {write})\n"
+    )
     found = files.probe(str(python))
     assert found["ran"] is False and "wrote an answer that is not the probe's" in str(found["error"])
 
@@ -301,8 +304,12 @@ def test_pip_reinstall_of_ascend_env_then_restore(site, patches, version):
     """restore right after pip replaced ascend-env: transformers comes back, the hook files pip
     removed stay removed, and pip's new RECORD is left as pip wrote it."""
     pristine = snapshot(site)
-    assert run_cli("install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
-                   ).returncode == 0
+    assert (
+        run_cli(
+            "install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+        ).returncode
+        == 0
+    )
     pip_reinstall_ascend_env(site, version)
     after_pip = snapshot(site, include_state=False)
     status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
@@ -313,7 +320,8 @@ def test_pip_reinstall_of_ascend_env_then_restore(site, patches, version):
     own = [p for p in after_pip if p.startswith("ascend_env")]
     assert {p: restored[p] for p in own} == {p: after_pip[p] for p in own}  # pip's, untouched
     assert {p: d for p, d in restored.items() if not p.startswith("ascend_env")} == {
-        p: d for p, d in pristine.items() if not p.startswith("ascend_env")}
+        p: d for p, d in pristine.items() if not p.startswith("ascend_env")
+    }
 
 
 @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
@@ -337,7 +345,8 @@ def test_pip_reinstall_of_ascend_env_then_install_status_restore(site, patches, 
     assert result.returncode == 0, result.stderr
     restored = snapshot(site)
     assert {p: d for p, d in restored.items() if not p.startswith("ascend_env")} == {
-        p: d for p, d in pristine.items() if not p.startswith("ascend_env")}
+        p: d for p, d in pristine.items() if not p.startswith("ascend_env")
+    }
     assert not any((site / name).exists() for name in files.files())
     own = find_distribution(site, "ascend-env")
     assert (site / own.record_path).read_bytes() == after_pip[own.record_path]
@@ -356,8 +365,12 @@ def test_after_pip_uninstall_transformers_status_and_restore_work(site, patches)
     """transformers uninstalled after install: status says so and advises restore (exit 1), and
     restore cleans up; then install --hook-only needs no transformers, and status says hook only."""
     before = {p: d for p, d in snapshot(site).items() if not p.startswith("transformers")}
-    assert run_cli("install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
-                   ).returncode == 0
+    assert (
+        run_cli(
+            "install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+        ).returncode
+        == 0
+    )
     pip_uninstall_transformers(site)
     status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
     report = json.loads(status.stdout)
@@ -384,8 +397,13 @@ def test_without_target_a_hook_only_install_finds_this_environment(tmp_path: Pat
     (site / "_paths.pth").write_text("\n".join(paths) + "\n")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), "-m", "ascend_env", *args], capture_output=True, text=True,
-                              timeout=120, cwd=str(tmp_path))
+        return subprocess.run(
+            [str(python), "-m", "ascend_env", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(tmp_path),
+        )
 
     probe = "import importlib.metadata as m, sys; m.distribution('transformers'); sys.exit(3)"
     if subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 3:
@@ -409,9 +427,23 @@ def test_a_shared_site_packages_is_changed_only_when_named(tmp_path: Path, patch
     before = snapshot(shared)
 
     def install(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), "-m", "ascend_env", "install", "--patches", "always",
-                               "--patches-dir", str(patches), *args], capture_output=True, text=True,
-                              timeout=120, cwd=str(tmp_path))
+        return subprocess.run(
+            [
+                str(python),
+                "-m",
+                "ascend_env",
+                "install",
+                "--patches",
+                "always",
+                "--patches-dir",
+                str(patches),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(tmp_path),
+        )
 
     probe = "import importlib.metadata as m; print(m.distribution('transformers').locate_file(''))"
     located = subprocess.run([str(python), "-c", probe], capture_output=True, text=True).stdout.strip()
@@ -430,12 +462,13 @@ def test_install_writes_bytecode_that_start_up_uses_without_writing_any(site, pa
     any process), the import uses it, and restore removes it."""
     install = ["install", "--hook-only", "--target", str(site), "--patches-dir", str(patches)]
     assert run_cli(*install).returncode == 0
-    (name, data), = files.bytecode().items()
+    ((name, data),) = files.bytecode().items()
     assert (site / name).read_bytes() == data
     code = f"import sys; sys.path.insert(0, {str(site)!r}); import ascend_env_hook"
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    result = subprocess.run([sys.executable, "-v", "-c", code], capture_output=True, text=True, env=env,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-v", "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode == 0 and f"{site / name} matches {site / files.MODULE_FILE}" in result.stderr
     again = run_cli(*install)
     assert again.returncode == 0 and again.stdout.startswith("hook already installed:")

@@ -34,6 +34,7 @@ def test_brackets_inside_strings_are_not_counted():
 
 def test_no_recursion_error_escapes_with_few_frames_left():
     """Deep text read where the stack is nearly used up still gives JSONDecodeError."""
+
     def near_the_limit(depth: int) -> object:
         if depth > sys.getrecursionlimit() - 60:
             with pytest.raises(json.JSONDecodeError):

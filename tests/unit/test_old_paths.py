@@ -33,8 +33,9 @@ def test_the_watch_forwarder_is_light():
         "import sys; from ascend_env import _watch; "
         "print(sorted(m for m in sys.modules if m.startswith('ascend_env')), 'torch' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("] ")[1].strip() == "False"
     loaded = (
@@ -69,8 +70,9 @@ def test_ops_isin_keeps_its_path():
 
 def test_the_smoke_module_still_runs_under_its_first_name():
     for name in ("ascend_env.smoke", "ascend_env.checks.smoke"):
-        done = subprocess.run([sys.executable, "-m", name, "--help"], capture_output=True, text=True,
-                              timeout=60, cwd=str(ROOT))
+        done = subprocess.run(
+            [sys.executable, "-m", name, "--help"], capture_output=True, text=True, timeout=60, cwd=str(ROOT)
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("usage: python -m ascend_env.checks.smoke")
 
@@ -91,8 +93,9 @@ def test_a_record_written_by_an_older_hook_module_still_works(tmp_path, monkeypa
     monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
     activated = []
     monkeypatch.setattr(runtime, "activate", activated.append)
-    state = types.SimpleNamespace(started=True, disabled=False, finder=object(), events=[], errors=[],
-                                  searching=False)
+    state = types.SimpleNamespace(
+        started=True, disabled=False, finder=object(), events=[], errors=[], searching=False
+    )
     spec = watch.find_and_wrap(state, "torch_npu", None, None)
     assert spec is not None and state.searching is False
     module = importlib.util.module_from_spec(spec)

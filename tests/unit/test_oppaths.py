@@ -82,12 +82,15 @@ def test_unknown_release_is_refused_with_the_known_ones():
     assert "2.1.0.post17" in str(caught.value)
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("all_version", {"v2.0", "v2.1", "v2.2"}),
-    ("v2.0, v2.2", {"v2.0", "v2.2"}),
-    (["v2.1", "newest"], {"v2.1", "v2.2"}),
-    (["v2.0", "v2.1"], {"v2.0", "v2.1"}),
-    (None, set()),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("all_version", {"v2.0", "v2.1", "v2.2"}),
+        ("v2.0, v2.2", {"v2.0", "v2.2"}),
+        (["v2.1", "newest"], {"v2.1", "v2.2"}),
+        (["v2.0", "v2.1"], {"v2.0", "v2.1"}),
+        (None, set()),
+    ],
+)
 def test_version_specs_as_op_plugin_readme_defines_them(spec, expected):
     assert generator().versions_in(spec, ["v2.0", "v2.1", "v2.2"]) == expected

@@ -80,12 +80,20 @@ def test_unknown_release_names_the_nearest_known_ones(version):
 names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
 
 
-@given(st.dictionaries(st.from_regex(r"2\.[1-9]\.[0-9](\.post[0-9]{1,2})?", fullmatch=True),
-                       st.frozensets(names, max_size=12), min_size=1, max_size=6))
+@given(
+    st.dictionaries(
+        st.from_regex(r"2\.[1-9]\.[0-9](\.post[0-9]{1,2})?", fullmatch=True),
+        st.frozensets(names, max_size=12),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_generator_encoding_round_trips(tables):
     gen = load_generator()
-    full = {v: {"ops": sorted(ops), "wheel": f"w-{v}.whl", "fallback_disable": len(ops) % 2 == 0}
-            for v, ops in tables.items()}
+    full = {
+        v: {"ops": sorted(ops), "wheel": f"w-{v}.whl", "fallback_disable": len(ops) % 2 == 0}
+        for v, ops in tables.items()
+    }
     assert gen.decode(gen.encode(full)) == full
 
 

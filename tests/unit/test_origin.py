@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_checkout_names_itself():
     assert origin.source(REPO / "ascend_env") == str(REPO)
     assert origin.install_command("/opt/venv/bin/python", REPO / "ascend_env") == (
-        f"/opt/venv/bin/python -m pip install {REPO}")
+        f"/opt/venv/bin/python -m pip install {REPO}"
+    )
 
 
 def _installed(site: Path, direct_url: dict) -> Path:

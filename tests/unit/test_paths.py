@@ -24,10 +24,11 @@ def cpp_block(start: str) -> str:
     """The C++ from ``start`` to the first line that is a closing brace alone."""
     text = cpp()
     at = text.index(start)
-    return text[at:text.index("\n}", at)]
+    return text[at : text.index("\n}", at)]
 
 
 # ---------------------------------------------------------------- the mirrors of sim/csrc/sim_backend.cpp
+
 
 def test_infrastructure_is_the_backends_kinfrastructure():
     found = re.search(r"kInfrastructure = \{(.*?)\};", cpp(), re.S)
@@ -54,11 +55,18 @@ def test_the_silencers_are_read_as_the_backend_reads_them():
 # model's 64-bit warnings (paths.warnings_silenced) and verify's child environment
 # (smoke.silencers: every variable that can silence must be named, so that verify can neutralise it).
 SILENCING = [
-    ({}, False), ({"RANK": "0"}, False), ({"RANK": ""}, False), ({"RANK": "1"}, True),
-    ({"TORCH_NPU_DISABLED_WARNING": "1"}, True), ({"TORCH_NPU_WARNING_DISABLE": "1"}, True),
-    ({"TORCH_NPU_WARNING_DISABLE": "0"}, False), ({"TORCH_CPP_LOG_LEVEL": "error"}, True),
-    ({"TORCH_CPP_LOG_LEVEL": "3"}, True), ({"TORCH_CPP_LOG_LEVEL": "WARNING"}, False),
-    ({"RANK": " 0"}, True), ({"RANK": "0 "}, True),
+    ({}, False),
+    ({"RANK": "0"}, False),
+    ({"RANK": ""}, False),
+    ({"RANK": "1"}, True),
+    ({"TORCH_NPU_DISABLED_WARNING": "1"}, True),
+    ({"TORCH_NPU_WARNING_DISABLE": "1"}, True),
+    ({"TORCH_NPU_WARNING_DISABLE": "0"}, False),
+    ({"TORCH_CPP_LOG_LEVEL": "error"}, True),
+    ({"TORCH_CPP_LOG_LEVEL": "3"}, True),
+    ({"TORCH_CPP_LOG_LEVEL": "WARNING"}, False),
+    ({"RANK": " 0"}, True),
+    ({"RANK": "0 "}, True),
 ]
 
 
@@ -70,6 +78,7 @@ def test_silencers_are_those_of_the_fallback_line(environ, silenced):
 
 
 # ---------------------------------------------------------------- the report the model writes
+
 
 def keys(typed) -> set:
     return set(typed.__annotations__)
@@ -106,8 +115,10 @@ def test_a_warning_record_is_a_warning64_record():
 
 def test_steady_compiles_counts_every_generate_from_the_steady_step():
     def run(*compiles):
-        steps = [dict(paths.Bucket().to_json(), would_compile=c, would_compile_by_op={"cat": c} if c else {})
-                 for c in compiles]
+        steps = [
+            dict(paths.Bucket().to_json(), would_compile=c, would_compile_by_op={"cat": c} if c else {})
+            for c in compiles
+        ]
         return {"steps": steps}
 
     found = {"generate": [run(9, 9, 1, 2), run(9, 9, 0, 4, 3), run(9)]}

@@ -55,16 +55,28 @@ def test_soc_choice():
 def report(steps, warnings=()) -> ProcessReport:
     """A process's report of one generate() with these (would compile, host syncs) steps."""
     bucket = paths.Bucket().to_json()
-    step_json = [dict(bucket, would_compile=compiles, host_syncs=syncs, warnings_64bit=0)
-                 for compiles, syncs in steps]
+    step_json = [
+        dict(bucket, would_compile=compiles, host_syncs=syncs, warnings_64bit=0) for compiles, syncs in steps
+    ]
     run = RunReport(steps=step_json, after=bucket, steady=paths.steady_state(step_json), site=None, mode=None)
-    return ProcessReport(pid=7, paths=PathsReport(
-        soc="Ascend910A", soc_assumed=False, jit_compile=True, jit_compile_set=None, op_paths="2.1.0.post6",
-        op_paths_source="op-plugin x", steady_from=paths.STEADY_FROM,
-        totals=dict(bucket, would_compile_by_op={"cat": sum(c for c, _ in steps)}), outside_generate=bucket,
-        generate=[run], warnings_64bit=list(warnings), errors=[],
-        compile_guard={"ran": False, "why": "the startup hook is not installed in this Python"},
-    ))
+    return ProcessReport(
+        pid=7,
+        paths=PathsReport(
+            soc="Ascend910A",
+            soc_assumed=False,
+            jit_compile=True,
+            jit_compile_set=None,
+            op_paths="2.1.0.post6",
+            op_paths_source="op-plugin x",
+            steady_from=paths.STEADY_FROM,
+            totals=dict(bucket, would_compile_by_op={"cat": sum(c for c, _ in steps)}),
+            outside_generate=bucket,
+            generate=[run],
+            warnings_64bit=list(warnings),
+            errors=[],
+            compile_guard={"ran": False, "why": "the startup hook is not installed in this Python"},
+        ),
+    )
 
 
 def test_failing_counts_the_steady_state_only():
@@ -99,6 +111,7 @@ def no_npu_smi() -> str:
 
 # ---------------------------------------------------------------- the report names each generate() table
 
+
 def run_of(site, mode, steps=((3, 1), (2, 1), (1, 1), (1, 1))) -> RunReport:
     bucket = paths.Bucket().to_json()
     step_json = [dict(bucket, would_compile=c, host_syncs=s, warnings_64bit=0) for c, s in steps]
@@ -113,14 +126,24 @@ def with_runs(runs, guard):
     return data
 
 
-NO_KERNELS = {"ran": True, "apply": False, "applied": False, "error": None, "soc": "Ascend910A",
-              "reason": "no binary kernels (/usr/local/Ascend/ascend-toolkit/latest/opp/built-in/op_impl/"
-                        "ai_core/tbe/kernel is missing): with JIT compile off, ops would fail"}
+NO_KERNELS = {
+    "ran": True,
+    "apply": False,
+    "applied": False,
+    "error": None,
+    "soc": "Ascend910A",
+    "reason": "no binary kernels (/usr/local/Ascend/ascend-toolkit/latest/opp/built-in/op_impl/"
+    "ai_core/tbe/kernel is missing): with JIT compile off, ops would fail",
+}
 
 
 def test_each_generate_table_is_named_by_call_site_and_mode():
-    runs = [run_of("chat.py:12", "greedy_search"), run_of("chat.py:12", "greedy_search"),
-            run_of("chat.py:20", "sample"), run_of("chat.py:30", None)]
+    runs = [
+        run_of("chat.py:12", "greedy_search"),
+        run_of("chat.py:12", "greedy_search"),
+        run_of("chat.py:20", "sample"),
+        run_of("chat.py:30", None),
+    ]
     summary = paths_report.summarize([with_runs(runs, NO_KERNELS)], paths_report.choose_soc("910A", {}))
     lines = paths_report.format_text(summary)
     titles = [line for line in lines if line.startswith("  generate() ")]
@@ -132,43 +155,70 @@ def test_each_generate_table_is_named_by_call_site_and_mode():
     ]
 
 
-@pytest.mark.parametrize("guard, said, fix", [
-    (NO_KERNELS, "compile guard: did not act: this machine has no binary kernels (",
-     "fix: on the Ascend910A machine, install the binary kernels (Ascend-cann-kernels-910a): the startup "
-     "hook then turns JIT compile off"),
-    ({"ran": False, "why": "the startup hook is not installed in this Python"},
-     "compile guard: did not run: the startup hook is not installed in this Python",
-     "fix: run: python -m ascend_env install (its startup hook turns JIT compile off"),
-    ({"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"},
-     "compile guard: did not run: torch_npu was never imported",
-     "fix: import torch_npu in the script"),
-    ({"ran": True, "applied": True, "reason": "Ascend910A starts with JIT compile on and binary kernels are "
-      "installed"}, "compile guard: acted: JIT compile turned off",
-     "fix: the guard turned JIT compile off and the code turned it back on"),
-    ({"ran": True, "applied": False, "reason": "turned off (install --no-compile-guard or "
-      "$ASCEND_ENV_COMPILE_GUARD=0)"}, "compile guard: did not act: turned off",
-     "fix: run python -m ascend_env install without --no-compile-guard"),
-])
+@pytest.mark.parametrize(
+    "guard, said, fix",
+    [
+        (
+            NO_KERNELS,
+            "compile guard: did not act: this machine has no binary kernels (",
+            "fix: on the Ascend910A machine, install the binary kernels (Ascend-cann-kernels-910a): "
+            "the startup hook then turns JIT compile off",
+        ),
+        (
+            {"ran": False, "why": "the startup hook is not installed in this Python"},
+            "compile guard: did not run: the startup hook is not installed in this Python",
+            "fix: run: python -m ascend_env install (its startup hook turns JIT compile off",
+        ),
+        (
+            {"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"},
+            "compile guard: did not run: torch_npu was never imported",
+            "fix: import torch_npu in the script",
+        ),
+        (
+            {
+                "ran": True,
+                "applied": True,
+                "reason": "Ascend910A starts with JIT compile on and binary kernels are installed",
+            },
+            "compile guard: acted: JIT compile turned off",
+            "fix: the guard turned JIT compile off and the code turned it back on",
+        ),
+        (
+            {
+                "ran": True,
+                "applied": False,
+                "reason": "turned off (install --no-compile-guard or $ASCEND_ENV_COMPILE_GUARD=0)",
+            },
+            "compile guard: did not act: turned off",
+            "fix: run python -m ascend_env install without --no-compile-guard",
+        ),
+    ],
+)
 def test_the_report_says_why_the_guard_did_or_did_not_act_and_ends_with_a_fix(guard, said, fix):
-    summary = paths_report.summarize([with_runs([run_of("chat.py:12", "greedy_search")], guard)],
-                              paths_report.choose_soc("910A", {}))
+    summary = paths_report.summarize(
+        [with_runs([run_of("chat.py:12", "greedy_search")], guard)], paths_report.choose_soc("910A", {})
+    )
     lines = paths_report.format_text(summary)
     assert any(line.startswith("  " + said) for line in lines), lines
     assert lines[-1].startswith("  " + fix)
     assert paths_report.failing(summary, ("compiles",)) == ["compiles"]
-    assert paths_report.fix_line(summary, ["compiles"]) == lines[-1][len("  fix: "):]
+    assert paths_report.fix_line(summary, ["compiles"]) == lines[-1][len("  fix: ") :]
     assert paths_report.failing_text(summary, ["compiles"]) == (
-        "2 would-be online compiles in the steady state of generate() on Ascend910A (--fail-on compiles)")
+        "2 would-be online compiles in the steady state of generate() on Ascend910A (--fail-on compiles)"
+    )
 
 
 def test_no_compiles_but_syncs_end_with_the_sync_fix():
     runs = [run_of("chat.py:12", "greedy_search", ((0, 2), (0, 2), (0, 2), (0, 2)))]
     lines = paths_report.format_text(paths_report.summarize([with_runs(runs, NO_KERNELS)]))
-    assert lines[-1] == ("  fix: read the host syncs by call site above: move each device-to-host read "
-                         "(item(), .cpu(), if tensor:) out of the decoding loop")
+    assert lines[-1] == (
+        "  fix: read the host syncs by call site above: move each device-to-host read "
+        "(item(), .cpu(), if tensor:) out of the decoding loop"
+    )
 
 
 # ---------------------------------------------------------------- one SoC variable, one option
+
 
 def test_the_simulated_soc_is_ascend_env_soc(monkeypatch):
     from ascend_env.sim import compile_mode
@@ -190,9 +240,11 @@ def test_the_old_variable_still_works_and_warns(monkeypatch, capsys):
     env = {"ASCEND_ENV_SIM_SOC": "910A"}
     compile_mode.export_soc(env)
     assert env == {"ASCEND_ENV_SIM_SOC": "910A", "ASCEND_ENV_SOC": "910A"}
-    assert capsys.readouterr().err == ("ascend-env: warning: $ASCEND_ENV_SIM_SOC is deprecated: set "
-                                       "$ASCEND_ENV_SOC instead (one variable names the SoC for detect, "
-                                       "audit, verify and the startup hook)\n")
+    assert capsys.readouterr().err == (
+        "ascend-env: warning: $ASCEND_ENV_SIM_SOC is deprecated: set "
+        "$ASCEND_ENV_SOC instead (one variable names the SoC for detect, "
+        "audit, verify and the startup hook)\n"
+    )
     both = {"ASCEND_ENV_SIM_SOC": "910A", "ASCEND_ENV_SOC": "310P"}
     compile_mode.export_soc(both)
     assert both["ASCEND_ENV_SOC"] == "310P" and capsys.readouterr().err == ""

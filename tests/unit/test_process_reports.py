@@ -10,19 +10,22 @@ from ascend_env.checks.findings import Outcome, findings_from
 from ascend_env.sim.reports import ProcessReport
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("[" * 100_000 + "]" * 100_000, "is not JSON (nested more than 100 levels deep"),
-    ('{"pid": 5, "fallbacks": {"aten::isin": "many"}}', "has fallbacks that are not counts by op"),
-    ('{"pid": 5, "fallbacks": {"aten::isin": -1}}', "has fallbacks that are not counts by op"),
-    ('{"pid": "5"}', "has no pid"),
-    ('{"pid": true}', "has no pid"),
-    ("[1, 2]", "holds a list, not an object"),
-    ('{"pid": 5, "argv": "x"}', "has an argv that is not a list of strings"),
-    ('{"pid": 5, "end": 3}', "has an end that is not an object"),
-    ('{"pid": 5, "torch": "yes"}', "has a torch that is not true or false"),
-    ('{"pid": 5, "paths": []}', "has paths that are not an object"),
-    ("not json", "is not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("[" * 100_000 + "]" * 100_000, "is not JSON (nested more than 100 levels deep"),
+        ('{"pid": 5, "fallbacks": {"aten::isin": "many"}}', "has fallbacks that are not counts by op"),
+        ('{"pid": 5, "fallbacks": {"aten::isin": -1}}', "has fallbacks that are not counts by op"),
+        ('{"pid": "5"}', "has no pid"),
+        ('{"pid": true}', "has no pid"),
+        ("[1, 2]", "holds a list, not an object"),
+        ('{"pid": 5, "argv": "x"}', "has an argv that is not a list of strings"),
+        ('{"pid": 5, "end": 3}', "has an end that is not an object"),
+        ('{"pid": 5, "torch": "yes"}', "has a torch that is not true or false"),
+        ('{"pid": 5, "paths": []}', "has paths that are not an object"),
+        ("not json", "is not JSON"),
+    ],
+)
 def test_a_bad_report_is_a_finding(tmp_path, content, problem):
     (tmp_path / "5-abcd.json").write_text(content)
     (tmp_path / "6-abcd.json").write_text('{"pid": 6, "fallbacks": {}, "end": {"how": "exit"}}')
@@ -43,7 +46,8 @@ def test_bad_bytes_and_a_huge_report_are_findings(tmp_path, monkeypatch):
     (tmp_path / "8-a.json").write_text('{"pid": 8, "argv": ["' + "x" * 2000 + '"]}')
     assert process_reports.read_reports(tmp_path).bad == [
         "7-a.json: is not JSON ('utf-8' codec can't decode byte 0xff in position 21: invalid start byte)",
-        "8-a.json: larger than 1000 bytes"]
+        "8-a.json: larger than 1000 bytes",
+    ]
 
 
 @pytest.mark.parametrize("key", sorted(ProcessReport.__annotations__))
@@ -60,5 +64,7 @@ def test_what_the_reporter_writes_is_read_as_written(tmp_path):
     (tmp_path / "3-a.json").write_text('{"pid": 3}')
     (tmp_path / "4-a.json.tmp").write_text("{")  # a report being written: not listed
     assert process_reports.collect(tmp_path) == [
-        {"pid": 3}, {"pid": 5, "fallbacks": {"aten::isin": 2}, "future_key": [1]}]
+        {"pid": 3},
+        {"pid": 5, "fallbacks": {"aten::isin": 2}, "future_key": [1]},
+    ]
     assert process_reports.reported_pids(tmp_path) == {3, 4, 5}

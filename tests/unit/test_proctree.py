@@ -8,10 +8,16 @@ import pytest
 from ascend_env.utils import proctree
 
 
-@pytest.mark.parametrize("argv, flags", [
-    (["python", "-IS", "x.py"], "IS"), (["python", "-X", "dev", "-E", "-c", "pass"], "E"),
-    (["python", "-Wignore", "-s", "-m", "pip"], "s"), (["python", "-c", "-I"], ""),
-    (["python", "--", "-I"], ""), (["python", "-bB", "-OO", "x.py", "-I"], "bBOO"),
-])
+@pytest.mark.parametrize(
+    "argv, flags",
+    [
+        (["python", "-IS", "x.py"], "IS"),
+        (["python", "-X", "dev", "-E", "-c", "pass"], "E"),
+        (["python", "-Wignore", "-s", "-m", "pip"], "s"),
+        (["python", "-c", "-I"], ""),
+        (["python", "--", "-I"], ""),
+        (["python", "-bB", "-OO", "x.py", "-I"], "bBOO"),
+    ],
+)
 def test_python_flags(argv, flags):
     assert proctree.python_flags(argv) == flags

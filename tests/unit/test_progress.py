@@ -46,8 +46,15 @@ def test_an_interrupted_step_says_stopped(capsys):
 
 @pytest.mark.parametrize(
     ("value", "normal", "verbose"),
-    [("-1", False, False), ("0", True, False), ("1", True, True), ("", True, False), ("x", True, False),
-     ("-5", False, False), ("7", True, True)],
+    [
+        ("-1", False, False),
+        ("0", True, False),
+        ("1", True, True),
+        ("", True, False),
+        ("x", True, False),
+        ("-5", False, False),
+        ("7", True, True),
+    ],
 )
 def test_the_verbosity_decides_what_is_said(monkeypatch, capsys, value, normal, verbose):
     monkeypatch.setenv(progress.VARIABLE, value)
@@ -91,7 +98,8 @@ _CHILD = textwrap.dedent("""
 def _parent(tmp_path: Path, forward: bool) -> subprocess.CompletedProcess:
     """A parent that captures its child's stderr (as verify does) and prints it afterwards."""
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, subprocess, sys
         from ascend_env.utils import progress
         env = dict(os.environ)
@@ -103,11 +111,13 @@ def _parent(tmp_path: Path, forward: bool) -> subprocess.CompletedProcess:
             done = subprocess.run(child, env=env, capture_output=True, text=True)
         print("captured stderr:", repr(done.stderr))
         print("captured stdout:", repr(done.stdout))
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if k not in (progress.VARIABLE, progress.FD_VARIABLE)}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                          timeout=60, check=True)
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
 
 
 def test_a_captured_child_s_progress_reaches_the_parent_s_stderr(tmp_path):
@@ -146,7 +156,8 @@ def test_forwarding_works_with_stdin_closed(tmp_path):
     """A Docker RUN step closes stdin (``exec 0<&-``): the duplicate must not take fd 0, which the
     child gets as its stdin."""
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, subprocess, sys
         from ascend_env.utils import progress
         env = dict(os.environ)
@@ -156,10 +167,16 @@ def test_forwarding_works_with_stdin_closed(tmp_path):
             done = subprocess.run(child, env=env, capture_output=True, text=True, pass_fds=fds,
                                   stdin=subprocess.DEVNULL)
         print(repr(done.stderr))
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if k not in (progress.VARIABLE, progress.FD_VARIABLE)}
     env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run(["sh", "-c", f"exec 0<&-\nexec {sys.executable} {script}"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    done = subprocess.run(
+        ["sh", "-c", f"exec 0<&-\nexec {sys.executable} {script}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert (done.stdout, done.stderr) == ("''\n", "ascend-env: child\n")

@@ -19,12 +19,20 @@ ROOT = str(Path(ascend_env.__file__).resolve().parents[1])
 
 @pytest.mark.parametrize(
     "flags, expected",
-    [([], []), (["-s"], ["-s"]), (["-E"], ["-E"]), (["-s", "-E"], ["-s", "-E"]), (["-I"], ["-I"]),
-     (["-I", "-S"], ["-I", "-S"])],
+    [
+        ([], []),
+        (["-s"], ["-s"]),
+        (["-E"], ["-E"]),
+        (["-s", "-E"], ["-s", "-E"]),
+        (["-I"], ["-I"]),
+        (["-I", "-S"], ["-I", "-S"]),
+    ],
 )
 def test_child_flags_repeat_the_ones_that_change_imports(flags: List[str], expected: List[str]):
-    code = (f"import sys; sys.path.insert(0, {ROOT!r}); from ascend_env.utils.pyflags import child_flags; "
-            "import json; print(json.dumps([child_flags(sys.executable), child_flags('/no/such/python')]))")
+    code = (
+        f"import sys; sys.path.insert(0, {ROOT!r}); from ascend_env.utils.pyflags import child_flags; "
+        "import json; print(json.dumps([child_flags(sys.executable), child_flags('/no/such/python')]))"
+    )
     result = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     same, other = json.loads(result.stdout)

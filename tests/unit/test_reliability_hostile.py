@@ -212,12 +212,18 @@ def as_nobody(argv: list) -> subprocess.CompletedProcess:
     prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
     env = {**os.environ, "HOME": "/"}
     # What the commands below import (--version alone loads no command, nor packaging).
-    probe = subprocess.run([*prefix, "-c", "import ascend_env.commands.install, ascend_env.commands.status"],
-                           capture_output=True, text=True, timeout=120, env=env)
+    probe = subprocess.run(
+        [*prefix, "-c", "import ascend_env.commands.install, ascend_env.commands.status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     if probe.returncode != 0:  # e.g. a libpython, a venv or a dependency under a home only root reads
         pytest.skip(f"this interpreter cannot run ascend_env as nobody: {probe.stderr.strip()[-200:]}")
-    return subprocess.run([*prefix, "-m", "ascend_env", *argv], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [*prefix, "-m", "ascend_env", *argv], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_read_only_site_packages_as_an_unprivileged_user(counts):
@@ -298,11 +304,16 @@ def fail_state_directory(monkeypatch, site: Path, step: str, error: int) -> None
 @pytest.mark.parametrize("step", ["mkdir", "lock"])
 @pytest.mark.parametrize(
     "error, words",
-    [(errno.ENOSPC, "no free space or inodes"), (errno.EDQUOT, "quota"), (errno.EROFS, "mounted read-only"),
-     (errno.EMLINK, "or its lock file")],
+    [
+        (errno.ENOSPC, "no free space or inodes"),
+        (errno.EDQUOT, "quota"),
+        (errno.EROFS, "mounted read-only"),
+        (errno.EMLINK, "or its lock file"),
+    ],
 )
-def test_creating_the_state_directory_fails(capsys, counts, monkeypatch, site, patches, as_json, step,
-                                            error, words):
+def test_creating_the_state_directory_fails(
+    capsys, counts, monkeypatch, site, patches, as_json, step, error, words
+):
     """No space, inodes or quota, a read-only mount: the problem and its fix, exit 2, nothing
     changed; with --json, one JSON document (it was a traceback in place of JSON)."""
     fail_state_directory(monkeypatch, site, step, error)
@@ -389,13 +400,18 @@ def test_truncated_dist_info(capsys, counts, site, patches, damage):
 
 
 STATES = {
-    "not json": b"{\"schema\": 1, \"entr",
+    "not json": b'{"schema": 1, "entr',
     "binary": b"\x00\xff\xfe garbage",
     "newer tool": json.dumps({"schema": 2, "entries": [], "tool_version": "9.0.0"}).encode(),
     "unsafe path": json.dumps(
-        {"schema": 1, "tool_version": "0.1.0", "applied_at": "x", "distribution": "transformers",
-         "version": "4.46.3",
-         "entries": [{"path": "../../etc/passwd", "kind": "extra", "before": None, "after": "0" * 64}]}
+        {
+            "schema": 1,
+            "tool_version": "0.1.0",
+            "applied_at": "x",
+            "distribution": "transformers",
+            "version": "4.46.3",
+            "entries": [{"path": "../../etc/passwd", "kind": "extra", "before": None, "after": "0" * 64}],
+        }
     ).encode(),
     "a list": b"[1, 2, 3]",
     # Deeper than the parser's recursion limit: a RecursionError traceback before jsontext.
@@ -421,8 +437,8 @@ def test_corrupt_or_newer_state_file(capsys, counts, site, patches, kind, comman
 
 
 JOURNALS = {
-    "cut": b"{\"changes\": [{\"path\": \"/etc/passwd\"",
-    "nested too deeply": b"{\"changes\": " + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "cut": b'{"changes": [{"path": "/etc/passwd"',
+    "nested too deeply": b'{"changes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
 }
 
 
@@ -434,7 +450,7 @@ def test_corrupt_journal(capsys, counts, site, patches, kind, command):
     refused(capsys, counts, site, command_argv(command, site, patches), "journal")
 
 
-@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"{\"patches\": " + b"[" * 50_000])
+@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b'{"patches": ' + b"[" * 50_000])
 @pytest.mark.parametrize("command", ["install", "status"])
 def test_manifest_nested_too_deeply(capsys, counts, site, patches, data, command):
     (patches / "manifest.json").write_bytes(data)
@@ -444,8 +460,16 @@ def test_manifest_nested_too_deeply(capsys, counts, site, patches, data, command
 # -- CANN and driver files ----------------------------------------------------------------------
 
 
-GARBAGE = [b"", b"\x00" * 64, bytes(range(256)), b"version=\xff\xfe\x00", b"version=" + b"9" * 5000,
-           b"\x7fELF\x02\x01\x01\x00" + os.urandom(512), b"version=8.0.RC3\x00garbage", b"=\n=\n==="]
+GARBAGE = [
+    b"",
+    b"\x00" * 64,
+    bytes(range(256)),
+    b"version=\xff\xfe\x00",
+    b"version=" + b"9" * 5000,
+    b"\x7fELF\x02\x01\x01\x00" + os.urandom(512),
+    b"version=8.0.RC3\x00garbage",
+    b"=\n=\n===",
+]
 
 
 @pytest.mark.parametrize("data", GARBAGE, ids=range(len(GARBAGE)))
@@ -474,8 +498,11 @@ def test_detect_with_garbage_cann_files_reports_them(counts, tmp_path):
     (root / "x86_64-linux" / "ascend_toolkit_install.info").write_bytes(b"\x00\xffversion=\x80\x81")
     env = {**os.environ, "ASCEND_HOME_PATH": str(root), "ASCEND_TOOLKIT_HOME": ""}
     result = subprocess.run(
-        [sys.executable, "-m", "ascend_env", "detect", "--json"], capture_output=True, text=True,
-        timeout=120, env=env,
+        [sys.executable, "-m", "ascend_env", "detect", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert result.returncode in (0, 1, 2), result.stderr
     assert "Traceback" not in result.stderr
@@ -499,8 +526,9 @@ def test_a_site_packages_path_that_is_not_utf8(tmp_path, patches, as_json):
     flags = ["--json"] if as_json else []
     status = ["status", "--target", str(site), "--patches-dir", str(patches)]
     for argv in (install_args(site, patches), status, ["restore", "--target", str(site)]):
-        result = subprocess.run([sys.executable, "-m", "ascend_env", *argv, *flags], capture_output=True,
-                                timeout=120, env=env)
+        result = subprocess.run(
+            [sys.executable, "-m", "ascend_env", *argv, *flags], capture_output=True, timeout=120, env=env
+        )
         assert result.returncode == 0, result.stderr.decode(errors="replace")
         assert b"Traceback" not in result.stderr
         out = result.stdout.decode("utf-8")  # valid UTF-8 whatever the path holds

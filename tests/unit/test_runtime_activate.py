@@ -65,7 +65,10 @@ def test_each_failure_is_recorded_and_the_other_fixes_go_on(record, events):
         "drift check: OSError: gone",
     ]
     assert record.compile_guard == {
-        "apply": False, "applied": False, "reason": "failed", "error": "KeyError: 'soc'"
+        "apply": False,
+        "applied": False,
+        "reason": "failed",
+        "error": "KeyError: 'soc'",
     }
     # Every fix is decided before any is registered.
     first_impl = events.index("impl isin.Tensor_Tensor")

@@ -7,11 +7,19 @@ from ascend_env.exceptions import UsageError
 from ascend_env.sim import compile_mode
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("910A", "Ascend910A"), ("910b", "Ascend910B1"), ("310P", "Ascend310P3"),
-    ("Ascend910B", "Ascend910B"), ("ascend910b3", "Ascend910B3"), ("910B3", "Ascend910B3"),
-    ("Ascend310P1", "Ascend310P1"), ("910_93", "Ascend910_9391"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("910A", "Ascend910A"),
+        ("910b", "Ascend910B1"),
+        ("310P", "Ascend310P3"),
+        ("Ascend910B", "Ascend910B"),
+        ("ascend910b3", "Ascend910B3"),
+        ("910B3", "Ascend910B3"),
+        ("Ascend310P1", "Ascend310P1"),
+        ("910_93", "Ascend910_9391"),
+    ],
+)
 def test_names_and_aliases(name, expected):
     assert socs.canonical(name) == expected
 
@@ -23,21 +31,38 @@ def test_unknown_soc_is_refused_with_the_known_names():
     assert "910A" in caught.value.fix and "Ascend310P3" in caught.value.fix
 
 
-@pytest.mark.parametrize("soc, jit", [
-    # JIT compile on at device start: the 910A family and 310P.
-    ("Ascend910PremiumA", True), ("Ascend910ProA", True), ("Ascend910A", True),
-    ("Ascend910B", True), ("Ascend310P3", True), ("Ascend310P7", True),
-    # Off from Ascend910B1 on.
-    ("Ascend910B1", False), ("Ascend910B4", False), ("Ascend310B1", False), ("Ascend910_9391", False),
-])
+@pytest.mark.parametrize(
+    "soc, jit",
+    [
+        # JIT compile on at device start: the 910A family and 310P.
+        ("Ascend910PremiumA", True),
+        ("Ascend910ProA", True),
+        ("Ascend910A", True),
+        ("Ascend910B", True),
+        ("Ascend310P3", True),
+        ("Ascend310P7", True),
+        # Off from Ascend910B1 on.
+        ("Ascend910B1", False),
+        ("Ascend910B4", False),
+        ("Ascend310B1", False),
+        ("Ascend910_9391", False),
+    ],
+)
 def test_jit_compile_default(soc, jit):
     assert socs.jit_compile_default(soc) is jit
 
 
-@pytest.mark.parametrize("soc, family", [
-    ("Ascend910A", "910A"), ("Ascend910B", "910A"), ("Ascend910B2", "910B"),
-    ("Ascend310P1", "310P"), ("Ascend310B4", "310B"), ("Ascend910_9382", "910_93"),
-])
+@pytest.mark.parametrize(
+    "soc, family",
+    [
+        ("Ascend910A", "910A"),
+        ("Ascend910B", "910A"),
+        ("Ascend910B2", "910B"),
+        ("Ascend310P1", "310P"),
+        ("Ascend310B4", "310B"),
+        ("Ascend910_9382", "910_93"),
+    ],
+)
 def test_family(soc, family):
     assert socs.family(soc) == family
 

@@ -39,18 +39,25 @@ def test_the_state_of_the_patches_and_the_hook_together(patches, code, hook, wor
 
 
 def test_without_transformers_the_hook_is_installed_alone():
-    state = states.combine("nothing to do", 0, False, "transformers is not installed here",
-                           transformers=False)
+    state = states.combine(
+        "nothing to do", 0, False, "transformers is not installed here", transformers=False
+    )
     assert (state.status, state.code, state.run) == ("not applied", 1, "ascend-env install --hook-only")
     assert state.detail == "transformers is not installed here; the startup hook is not installed"
 
 
 @pytest.mark.parametrize(
     ("patched", "changed", "dry_run", "word"),
-    [(True, True, False, "applied"), (True, False, False, "already applied"),
-     (True, True, True, "would apply"), (False, True, False, "hook installed"),
-     (False, False, False, "hook already installed"), (False, True, True, "would install the hook"),
-     (True, False, True, "already applied"), (False, False, True, "hook already installed")],
+    [
+        (True, True, False, "applied"),
+        (True, False, False, "already applied"),
+        (True, True, True, "would apply"),
+        (False, True, False, "hook installed"),
+        (False, False, False, "hook already installed"),
+        (False, True, True, "would install the hook"),
+        (True, False, True, "already applied"),
+        (False, False, True, "hook already installed"),
+    ],
 )
 def test_what_install_says(patched, changed, dry_run, word):
     assert states.install_word(patched, changed, dry_run) == word
@@ -63,6 +70,12 @@ def test_the_manual_s_table_has_every_word_with_its_exit_code():
     assert table["hook only"] == 0 and table["not applied"] == 1
     for word in states.BROKEN:
         assert table[word] == 1
-    for word in ("applied", "already applied", "would apply", "hook installed", "hook already installed",
-                 "would install the hook"):
+    for word in (
+        "applied",
+        "already applied",
+        "would apply",
+        "hook installed",
+        "hook already installed",
+        "would install the hook",
+    ):
         assert f"`{word}`" in text

@@ -46,8 +46,11 @@ def fake_transformers(monkeypatch) -> type:
             criteria = StoppingCriteriaList()
             return [criteria(i, None) for i in range(3)]
 
-    for name, cls in (("stopping_criteria", StoppingCriteriaList), ("configuration_utils", GenerationConfig),
-                      ("utils", GenerationMixin)):
+    for name, cls in (
+        ("stopping_criteria", StoppingCriteriaList),
+        ("configuration_utils", GenerationConfig),
+        ("utils", GenerationMixin),
+    ):
         module = types.ModuleType(f"transformers.generation.{name}")
         setattr(module, cls.__name__, cls)
         monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -60,8 +63,14 @@ def test_each_call_and_step_is_heard_once(monkeypatch):
     steps.listen(recorder)
     steps.listen(recorder)  # wrapped once: a second listener does not wrap again
     assert mixin().generate() == [False, False, True]  # what generate returns is untouched
-    assert recorder.events == [("enter", "chat.py:7"), ("mode", "greedy_search"), "step", "step", "step",
-                               "exit"]
+    assert recorder.events == [
+        ("enter", "chat.py:7"),
+        ("mode", "greedy_search"),
+        "step",
+        "step",
+        "step",
+        "exit",
+    ]
 
 
 def test_a_failing_generate_still_ends(monkeypatch):

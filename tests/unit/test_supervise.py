@@ -49,8 +49,13 @@ def test_a_command_that_ends_by_itself(tmp_path):
 def test_a_timeout_stops_the_whole_tree(tmp_path):
     pidfile = tmp_path / "pid"
     start = time.monotonic()
-    done = supervise.supervise(["sh", "-c", f"setsid sleep 30 & echo $! > {pidfile}; wait"],
-                               environment(tmp_path), tmp_path, VARIABLE, timeout=0.5)
+    done = supervise.supervise(
+        ["sh", "-c", f"setsid sleep 30 & echo $! > {pidfile}; wait"],
+        environment(tmp_path),
+        tmp_path,
+        VARIABLE,
+        timeout=0.5,
+    )
     assert done.timed_out and done.returncode < 0 and done.stopped >= 1
     assert time.monotonic() - start < 10
     assert not alive(int(pidfile.read_text()))  # in a session of its own, and still stopped
@@ -59,8 +64,9 @@ def test_a_timeout_stops_the_whole_tree(tmp_path):
 def test_what_the_command_leaves_running_is_stopped_after_the_linger(tmp_path, monkeypatch):
     monkeypatch.setattr(supervise, "LINGER_SECONDS", 0.2)
     pidfile = tmp_path / "pid"
-    done = supervise.supervise(["sh", "-c", f"sleep 30 & echo $! > {pidfile}"], environment(tmp_path),
-                               tmp_path, VARIABLE)
+    done = supervise.supervise(
+        ["sh", "-c", f"sleep 30 & echo $! > {pidfile}"], environment(tmp_path), tmp_path, VARIABLE
+    )
     assert (done.returncode, done.timed_out, done.stopped) == (0, False, 1)
     assert not alive(int(pidfile.read_text()))
 
@@ -76,8 +82,13 @@ def test_a_command_that_cannot_start(tmp_path):
 
 def test_reported_pids_are_asked_at_each_poll(tmp_path):
     asked = []
-    supervise.supervise(["sh", "-c", "sleep 0.3"], environment(tmp_path), tmp_path, VARIABLE,
-                        reported=lambda: asked.append(1) or set())
+    supervise.supervise(
+        ["sh", "-c", "sleep 0.3"],
+        environment(tmp_path),
+        tmp_path,
+        VARIABLE,
+        reported=lambda: asked.append(1) or set(),
+    )
     assert len(asked) >= 2
 
 

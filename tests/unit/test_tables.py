@@ -19,12 +19,16 @@ def test_affected_releases_are_those_without_an_npu_isin():
     assert all("isin.Tensor_Tensor_out" in optables.load(r) for r in others)
 
 
-@pytest.mark.parametrize("value, releases", [
-    (None, [None]), ("2.1.0-post6", ["2.1.0.post6"]),
-    ("2.1.0.post6, 2.2.0,2.1.0.post6", ["2.1.0.post6", "2.2.0"]),
-    ("affected,2.4.0", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1", "2.4.0"]),
-    ("AFFECTED", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1"]),
-])
+@pytest.mark.parametrize(
+    "value, releases",
+    [
+        (None, [None]),
+        ("2.1.0-post6", ["2.1.0.post6"]),
+        ("2.1.0.post6, 2.2.0,2.1.0.post6", ["2.1.0.post6", "2.2.0"]),
+        ("affected,2.4.0", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1", "2.4.0"]),
+        ("AFFECTED", ["2.1.0.post3", "2.1.0.post6", "2.2.0", "2.2.0.post2", "2.3.1"]),
+    ],
+)
 def test_releases_asked(value, releases):
     assert tables.releases_asked(value) == releases
 
@@ -44,13 +48,22 @@ def test_with_none_named_and_none_installed_the_oldest_release_runs(monkeypatch)
     assert table.label == optables.releases()[0] != optables.newest()
     assert audit_text.header({"table": "2.1.0.post3", "table_chosen": "oldest"}).startswith(
         "audit: torch_npu 2.1.0.post3 op table on the simulated NPU (no --torch-npu and no torch_npu "
-        "installed: the oldest known release")
+        "installed: the oldest known release"
+    )
 
 
-@pytest.mark.parametrize("release, user, expected", [
-    ("2.5.1", None, "1"), ("2.5.1", "1", "1"), ("2.5.1", "0", "0"), ("2.5.1", "false", "0"),
-    ("2.4.0.post4", None, "0"), ("2.1.0.post6", "1", "0"), ("2.14.0", None, "1"),
-])
+@pytest.mark.parametrize(
+    "release, user, expected",
+    [
+        ("2.5.1", None, "1"),
+        ("2.5.1", "1", "1"),
+        ("2.5.1", "0", "0"),
+        ("2.5.1", "false", "0"),
+        ("2.4.0.post4", None, "0"),
+        ("2.1.0.post6", "1", "0"),
+        ("2.14.0", None, "1"),
+    ],
+)
 def test_autoload_follows_the_release_and_the_users_switch(tmp_path, release, user, expected):
     base = {} if user is None else {"TORCH_DEVICE_BACKEND_AUTOLOAD": user}
     env = tables.audited_environment(tables.choose_table(release), tmp_path, base)

@@ -29,8 +29,12 @@ CAUTION = (
     "(function npu_cpu_fallback)\n"
 )
 ISIN_OUT = "aten::isin.Tensor_Tensor_out"
-SILENCED = {"RANK": "1", "TORCH_NPU_DISABLED_WARNING": "1", "TORCH_NPU_WARNING_DISABLE": "1",
-            "TORCH_CPP_LOG_LEVEL": "ERROR"}
+SILENCED = {
+    "RANK": "1",
+    "TORCH_NPU_DISABLED_WARNING": "1",
+    "TORCH_NPU_WARNING_DISABLE": "1",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+}
 
 
 # -- the child's environment ----------------------------------------------------------------------
@@ -40,8 +44,13 @@ def test_every_silencer_is_neutralised_and_the_rest_kept():
     base = {**SILENCED, "PATH": "/usr/bin", "PYTHONPATH": "/x", smoke.FALLBACK_DISABLE: "1"}
     env = verify.child_environment(base, simulate=False, fallback_disable=False)
     assert env["RANK"] == "0"
-    for name in ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL",
-                 smoke.FALLBACK_DISABLE, verify.AUTOLOAD):
+    for name in (
+        "TORCH_NPU_DISABLED_WARNING",
+        "TORCH_NPU_WARNING_DISABLE",
+        "TORCH_CPP_LOG_LEVEL",
+        smoke.FALLBACK_DISABLE,
+        verify.AUTOLOAD,
+    ):
         assert name not in env
     assert env["PATH"] == "/usr/bin" and env["PYTHONPATH"] == "/x"
     assert base["RANK"] == "1"  # the parent's own environment is left alone
@@ -72,7 +81,9 @@ def test_silencers_reads_rank_as_torch_npu_does():
     assert smoke.silencers({"RANK": ""}) == {}
     assert smoke.silencers({"RANK": " 0"}) == {"RANK": " 0"}  # not "0": the backend's rank is not 0
     assert smoke.silencers({"RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}) == {
-        "RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+        "RANK": "3",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
+    }
 
 
 # -- reading fd 2 -------------------------------------------------------------------------------------
@@ -85,12 +96,16 @@ def test_fallback_lines_reads_torch_npus_caution_line():
 
 
 def test_refused_ops_reads_the_errors_of_fallback_disable():
-    simulated = ("RuntimeError: CAUTION: The operator 'aten::isin.Scalar_Tensor' is not currently supported "
-                 "on the NPU backend, and falling back to the CPU is disabled by "
-                 "TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
-    real = ("RuntimeError: The operator 'aten::isin.Tensor_Tensor_out' would execute its main computation on "
-            "CPU through dispatcher backend fallback, but CPU fallback is disabled by "
-            "TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
+    simulated = (
+        "RuntimeError: CAUTION: The operator 'aten::isin.Scalar_Tensor' is not currently supported "
+        "on the NPU backend, and falling back to the CPU is disabled by "
+        "TORCH_NPU_FALLBACK_CPU_DISABLE=1."
+    )
+    real = (
+        "RuntimeError: The operator 'aten::isin.Tensor_Tensor_out' would execute its main computation on "
+        "CPU through dispatcher backend fallback, but CPU fallback is disabled by "
+        "TORCH_NPU_FALLBACK_CPU_DISABLE=1."
+    )
     assert verdict.refused_ops(simulated + "\n" + real) == ["aten::isin.Scalar_Tensor", ISIN_OUT]
     assert verdict.refused_ops("RuntimeError: The operator 'aten::isin' failed") == []
 
@@ -103,26 +118,46 @@ def good_report(**changes: Any) -> SmokeReport:
     report: SmokeReport = {
         "silencers": {},
         "installation": {
-            "site_packages": "/site", "hook_files": ["ascend_env_hook.pth"], "hook_current": True,
-            "hook_started": True, "hook_disabled": False,
+            "site_packages": "/site",
+            "hook_files": ["ascend_env_hook.pth"],
+            "hook_current": True,
+            "hook_started": True,
+            "hook_disabled": False,
             "patches": {"status": "applied", "code": 0, "transformers": "4.46.3", "drift": []},
         },
-        "backend": {"kind": "simulator", "release": "2.1.0.post6", "name": "simulated NPU",
-                    "fallback_disable": False},
+        "backend": {
+            "kind": "simulator",
+            "release": "2.1.0.post6",
+            "name": "simulated NPU",
+            "fallback_disable": False,
+        },
         "steps": {
-            "isin": {"overloads": {op: {"ok": True, "error": None} for op in ISIN_OVERLOADS},
-                     "fallbacks": {}},
-            "polar": {"overloads": {op: {"ok": True, "error": None} for op in ("polar", "polar.out")},
-                      "fallbacks": {}},
+            "isin": {
+                "overloads": {op: {"ok": True, "error": None} for op in ISIN_OVERLOADS},
+                "fallbacks": {},
+            },
+            "polar": {
+                "overloads": {op: {"ok": True, "error": None} for op in ("polar", "polar.out")},
+                "fallbacks": {},
+            },
             "generate": {"ok": True, "error": None, "fallbacks": {}},
         },
         "imports": {"order": "transformers", "available": True, "module": "/sim/pkgs/torch_npu/__init__.py"},
-        "hook": {"hook_started": True, "disabled": False,
-                 "events": ["torch_npu: import after 1 probe (simulated)"],
-                 "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
-                 "native": ["isin.Tensor_Scalar", "isin.Tensor_Scalar_out", "isin.Scalar_Tensor",
-                            "isin.Scalar_Tensor_out", "polar", "polar.out"],
-                 "errors": []},
+        "hook": {
+            "hook_started": True,
+            "disabled": False,
+            "events": ["torch_npu: import after 1 probe (simulated)"],
+            "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
+            "native": [
+                "isin.Tensor_Scalar",
+                "isin.Tensor_Scalar_out",
+                "isin.Scalar_Tensor",
+                "isin.Scalar_Tensor_out",
+                "polar",
+                "polar.out",
+            ],
+            "errors": [],
+        },
         "warnings": [],
     }
     report.update(copy.deepcopy(changes))  # type: ignore[typeddict-item]
@@ -161,8 +196,9 @@ def test_an_isin_caution_line_fails():
 
 
 def test_the_line_alone_fails_on_a_real_device():
-    report = good_report(backend={"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910B",
-                                  "fallback_disable": False})
+    report = good_report(
+        backend={"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910B", "fallback_disable": False}
+    )
     result = judged(report, CAUTION.format(op=ISIN_OUT))
     assert list(failed(result)) == ["isin fallback"]
     text = verify_text.format_text(result)
@@ -179,8 +215,10 @@ def test_a_counted_fallback_without_its_line_means_something_silenced_it():
 
 def test_a_refused_fallback_needs_no_line():
     report = good_report()
-    message = (f"RuntimeError: CAUTION: The operator '{ISIN_OUT}' is not currently supported on the NPU "
-               "backend, and falling back to the CPU is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1.")
+    message = (
+        f"RuntimeError: CAUTION: The operator '{ISIN_OUT}' is not currently supported on the NPU "
+        "backend, and falling back to the CPU is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1."
+    )
     report["steps"]["isin"]["overloads"]["isin.Tensor_Tensor"] = {"ok": False, "error": message}
     report["steps"]["isin"].update(fallbacks={ISIN_OUT: 1}, fallback_disable=True)
     result = judged(report)
@@ -269,21 +307,31 @@ def test_a_hook_that_could_not_register_fails():
 
 def import_run(order: str, events: List[str]) -> Smoke:
     """A process that only reached torch_npu (``order``) and kept the hook's record."""
-    report = {"silencers": {}, "backend": good_report()["backend"], "imports": {"order": order},
-              "steps": {}, "hook": dict(good_report()["hook"], events=events), "warnings": []}
+    report = {
+        "silencers": {},
+        "backend": good_report()["backend"],
+        "imports": {"order": order},
+        "steps": {},
+        "hook": dict(good_report()["hook"], events=events),
+        "warnings": [],
+    }
     return Smoke("sim", [], report, "", imports=order)
 
 
 def test_the_hook_must_hear_of_torch_npu_on_every_import_path():
-    heard = [import_run("accelerate", ["torch_npu: import after 1 probe (simulated)"]),
-             import_run("direct", ["torch_npu: import (simulated)"])]
+    heard = [
+        import_run("accelerate", ["torch_npu: import after 1 probe (simulated)"]),
+        import_run("direct", ["torch_npu: import (simulated)"]),
+    ]
     result = judged(good_report(), "", False, *heard)
     assert result["ok"] and result["processes"] == 3
     detail = next(c["detail"] for c in result["checks"] if c["name"] == "hook")
     assert detail.startswith("heard of torch_npu through transformers' check, import accelerate, a plain")
     assert [path["events"] for path in result["import_paths"]] == [
-        ["torch_npu: import after 1 probe (simulated)"], ["torch_npu: import after 1 probe (simulated)"],
-        ["torch_npu: import (simulated)"]]
+        ["torch_npu: import after 1 probe (simulated)"],
+        ["torch_npu: import after 1 probe (simulated)"],
+        ["torch_npu: import (simulated)"],
+    ]
     # The hook that missed torch_npu behind accelerate's probe: verify fails, naming that path.
     missed = judged(good_report(), "", False, import_run("accelerate", []), heard[1])
     assert not missed["ok"] and list(failed(missed)) == ["hook"]
@@ -298,7 +346,10 @@ def test_a_hook_that_missed_the_main_import_fails():
 
 def test_torch_npu_that_cannot_start_on_an_npu_machine_fails_with_the_cann_fix():
     report = {
-        "silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": [],
+        "silencers": {},
+        "installation": good_report()["installation"],
+        "steps": {},
+        "warnings": [],
         "device_error": "ImportError: libhccl.so: cannot open shared object file: No such file or directory",
         "npu_machine": "/dev/davinci0 exists",
         "cann": "source /usr/local/Ascend/ascend-toolkit/set_env.sh in this shell, then verify again",
@@ -330,8 +381,10 @@ def test_the_device_is_chosen_as_asked(options, expected):
 
 @pytest.mark.parametrize(
     ("options", "said"),
-    [(verify.Options(device="gpu"), "not one of auto, npu, sim"),
-     (verify.Options(device="npu", torch_npu="2.2.0"), "cannot run on --device npu")],
+    [
+        (verify.Options(device="gpu"), "not one of auto, npu, sim"),
+        (verify.Options(device="npu", torch_npu="2.2.0"), "cannot run on --device npu"),
+    ],
 )
 def test_a_device_that_cannot_be_honoured_is_a_usage_error(options, said):
     with pytest.raises(UsageError, match=said):
@@ -339,8 +392,15 @@ def test_a_device_that_cannot_be_honoured_is_a_usage_error(options, said):
 
 
 def test_broken_torch_and_missing_report_fail():
-    broken = judged({"silencers": {}, "installation": good_report()["installation"], "steps": {},
-                     "torch_error": "ImportError: no torch", "warnings": []})
+    broken = judged(
+        {
+            "silencers": {},
+            "installation": good_report()["installation"],
+            "steps": {},
+            "torch_error": "ImportError: no torch",
+            "warnings": [],
+        }
+    )
     assert set(failed(broken)) == {"torch", "hook"}
     crashed = verdict.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)]).to_dict()
     assert "exited -11 without a report" in failed(crashed)["smoke test"]
@@ -365,11 +425,30 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
     assert isinstance(result.checks[0], verdict.Check) and result.device == "simulator"
     assert result.fallbacks[ISIN_OUT] == verdict.Fallback(line=True, count=2, steps=["generate"])
     data = result.to_dict()
-    assert list(data) == ["ok", "schema", "device", "device_name", "release", "simulator_reason", "strict",
-                          "fallback_disable", "processes", "checks", "fallbacks", "findings",
-                          "installation", "hook", "import_paths", "warnings"]
-    assert data["fallbacks"]["aten::foo"] == {"line": False, "refused": False, "count": 1,
-                                              "steps": ["generate"]}
+    assert list(data) == [
+        "ok",
+        "schema",
+        "device",
+        "device_name",
+        "release",
+        "simulator_reason",
+        "strict",
+        "fallback_disable",
+        "processes",
+        "checks",
+        "fallbacks",
+        "findings",
+        "installation",
+        "hook",
+        "import_paths",
+        "warnings",
+    ]
+    assert data["fallbacks"]["aten::foo"] == {
+        "line": False,
+        "refused": False,
+        "count": 1,
+        "steps": ["generate"],
+    }
     assert json.loads(json.dumps(data)) == data
     # The text report and the exit code read the same from the result and from its JSON document.
     assert verify_text.format_text(result) == verify_text.format_text(data)
@@ -380,7 +459,11 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
 
 def test_a_check_that_passed_has_no_fix():
     assert verdict.Check("hook", True, "fine", "ignored").to_dict() == {
-        "name": "hook", "ok": True, "detail": "fine", "fix": None}
+        "name": "hook",
+        "ok": True,
+        "detail": "fine",
+        "fix": None,
+    }
     assert verdict.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
     assert verdict.Check.passed("hook", "fine").fix is None
 
@@ -408,8 +491,15 @@ def run_verify(*args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[P
     for name, value in (env or {}).items():
         full[name] = value + os.pathsep + full[name] if name == "PYTHONPATH" and full.get(name) else value
     command = [sys.executable, "-m", "ascend_env", "verify", *args]
-    process = subprocess.Popen(command, env=full, cwd=cwd, text=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command,
+        env=full,
+        cwd=cwd,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = process.communicate(timeout=300)
     return process.returncode, out, err, process.pid
 
@@ -436,8 +526,9 @@ def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, b
     assert code == 1, err
     result = json.loads(out)
     # The real device was tried first (torch imported as usual), then the simulator with autoload off.
-    assert result["simulator_reason"].startswith("torch_npu is installed but did not start (ImportError: "
-                                                 "this torch is broken (autoload=unset)")
+    assert result["simulator_reason"].startswith(
+        "torch_npu is installed but did not start (ImportError: this torch is broken (autoload=unset)"
+    )
     assert "(autoload=0)" in failed(result)["torch"]
     assert len(imported_by(tmp_path)) == 2
     assert "on the simulator" in verify_text.format_text(result)
@@ -445,10 +536,11 @@ def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, b
 
 def test_a_silencer_the_target_python_sets_itself_fails(tmp_path, broken_torch):
     wrapper = tmp_path / "python"
-    wrapper.write_text(f"#!/bin/sh\nTORCH_CPP_LOG_LEVEL=ERROR exec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nTORCH_CPP_LOG_LEVEL=ERROR exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
-    code, out, err, _ = run_verify("--simulate", "--python", str(wrapper), "--json",
-                                   env={"PYTHONPATH": str(broken_torch)})
+    code, out, err, _ = run_verify(
+        "--simulate", "--python", str(wrapper), "--json", env={"PYTHONPATH": str(broken_torch)}
+    )
     assert code == 1, err
     assert "TORCH_CPP_LOG_LEVEL=ERROR was still set" in failed(json.loads(out))["fallback line"]
 
@@ -476,7 +568,7 @@ def test_usage_errors_exit_2(args, needle):
 def test_a_python_without_ascend_env_exits_2(tmp_path):
     wrapper = tmp_path / "python"
     # -S: no site-packages; -E: no PYTHONPATH. Nothing but the standard library is importable.
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S -E \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E "$@"\n')
     wrapper.chmod(0o755)
     code, out, err, _ = run_verify("--simulate", "--python", str(wrapper), "--json", cwd=tmp_path)
     assert code == 2, err
@@ -493,22 +585,38 @@ def test_a_python_without_ascend_env_exits_2(tmp_path):
 
 
 def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
-    report = {"silencers": {}, "installation": {
-        "site_packages": "/site", "hook_files": [], "hook_current": False, "hook_started": False,
-        "hook_disabled": False, "patches": {"status": "nothing to do", "code": 0, "transformers": None,
-                                            "detail": "transformers is not installed here"}},
-        "steps": {}, "torch_error": "ModuleNotFoundError: No module named 'torch'", "warnings": []}
+    report = {
+        "silencers": {},
+        "installation": {
+            "site_packages": "/site",
+            "hook_files": [],
+            "hook_current": False,
+            "hook_started": False,
+            "hook_disabled": False,
+            "patches": {
+                "status": "nothing to do",
+                "code": 0,
+                "transformers": None,
+                "detail": "transformers is not installed here",
+            },
+        },
+        "steps": {},
+        "torch_error": "ModuleNotFoundError: No module named 'torch'",
+        "warnings": [],
+    }
     result = judged(report)
     checks = {check["name"]: check for check in result["checks"]}
-    assert checks["torch"]["detail"] == ("torch is not installed in that Python, so the simulated NPU "
-                                         "cannot start")
+    assert checks["torch"]["detail"] == (
+        "torch is not installed in that Python, so the simulated NPU cannot start"
+    )
     assert "reinstall" not in checks["torch"]["fix"] and "[sim]" in checks["torch"]["fix"]
     # "transformers None" and "(no op table)" for a simulator that never started.
     assert checks["patches"]["detail"].startswith("nothing to do: transformers (not installed) in /site")
     text = verify_text.format_text(result)
     assert "no op table" not in text and "None" not in text
-    assert text.startswith("verify: FAILED on the simulator, not a real NPU (it did not start: see the "
-                           "checks below)")
+    assert text.startswith(
+        "verify: FAILED on the simulator, not a real NPU (it did not start: see the checks below)"
+    )
     assert text.endswith("\nverify: FAILED: 2 of 4 checks failed: torch, hook (fix lines above)")
     broken = judged({**report, "torch_error": "ImportError: libc10.so: cannot open shared object file"})
     fix = {check["name"]: check["fix"] for check in broken["checks"]}["torch"]
@@ -521,12 +629,15 @@ def test_the_last_line_states_the_verdict_and_its_cause():
     report = good_report()
     report["installation"]["hook_files"] = []
     assert verify_text.format_text(judged(report)).splitlines()[-1] == (
-        "verify: FAILED: 1 of 8 checks failed: hook (fix lines above)")
+        "verify: FAILED: 1 of 8 checks failed: hook (fix lines above)"
+    )
 
 
-SEED_64BIT = ("[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
-              "Low Performance OP with 64-bit has been used, Please Do Some Cast at Python Functions with "
-              "32-bit for Better Performance! (function operator())")
+SEED_64BIT = (
+    "[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
+    "Low Performance OP with 64-bit has been used, Please Do Some Cast at Python Functions with "
+    "32-bit for Better Performance! (function operator())"
+)
 NPU_BACKEND = {"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910A", "fallback_disable": False}
 
 
@@ -536,35 +647,62 @@ def compile_checks(record: Dict[str, Any], stderr: str = "", **changes: Any) -> 
     return check
 
 
-@pytest.mark.parametrize("record, stderr, ok, words", [
-    # A device: JIT compile off passes; on fails, with the guard's state deciding the fix.
-    ({"soc": "Ascend910A", "jit_compile": False, "guard": {"applied": True}}, "", True, "JIT compile off"),
-    ({"soc": "Ascend910A", "jit_compile": True, "guard": None}, "", False, "JIT compile is on"),
-    ({"soc": "Ascend910B3", "jit_compile": False, "guard": None}, SEED_64BIT, False, "AddKernelNpu.cpp:82"),
-    ({"soc": "Ascend910A", "jit_compile": None, "guard": None}, "", True, "not checked"),
-])
+@pytest.mark.parametrize(
+    "record, stderr, ok, words",
+    [
+        # A device: JIT compile off passes; on fails, with the guard's state deciding the fix.
+        (
+            {"soc": "Ascend910A", "jit_compile": False, "guard": {"applied": True}},
+            "",
+            True,
+            "JIT compile off",
+        ),
+        ({"soc": "Ascend910A", "jit_compile": True, "guard": None}, "", False, "JIT compile is on"),
+        (
+            {"soc": "Ascend910B3", "jit_compile": False, "guard": None},
+            SEED_64BIT,
+            False,
+            "AddKernelNpu.cpp:82",
+        ),
+        ({"soc": "Ascend910A", "jit_compile": None, "guard": None}, "", True, "not checked"),
+    ],
+)
 def test_compile_mode_on_a_device(record, stderr, ok, words):
     check = compile_checks(record, stderr, backend=NPU_BACKEND)
     assert check["ok"] is ok and words in check["detail"]
     assert (check["fix"] is None) is ok
 
 
-@pytest.mark.parametrize("guard, fix", [
-    (None, "python -m ascend_env install"),
-    ({"applied": False, "reason": "no binary kernels (...)"}, "Ascend-cann-kernels-910a"),
-    ({"applied": False, "reason": "turned off (...)"}, "without --no-compile-guard"),
-    ({"applied": True, "reason": "..."}, "turned it back on"),
-])
+@pytest.mark.parametrize(
+    "guard, fix",
+    [
+        (None, "python -m ascend_env install"),
+        ({"applied": False, "reason": "no binary kernels (...)"}, "Ascend-cann-kernels-910a"),
+        ({"applied": False, "reason": "turned off (...)"}, "without --no-compile-guard"),
+        ({"applied": True, "reason": "..."}, "turned it back on"),
+    ],
+)
 def test_compile_mode_fix_follows_what_the_guard_did(guard, fix):
-    record = {"soc": "Ascend910A", "soc_assumed": False, "jit_compile": True, "guard": guard,
-              "steady_would_compile": 60, "steady_would_compile_by_op": {"cat": 12}}
+    record = {
+        "soc": "Ascend910A",
+        "soc_assumed": False,
+        "jit_compile": True,
+        "guard": guard,
+        "steady_would_compile": 60,
+        "steady_would_compile_by_op": {"cat": 12},
+    }
     check = compile_checks(record)
     assert not check["ok"] and "60 would-be online compiles" in check["detail"] and fix in check["fix"]
 
 
 def test_compile_mode_on_the_simulator_passes_without_compiles_and_says_what_it_assumed():
-    record = {"soc": "Ascend910B1", "soc_assumed": True, "jit_compile": False, "guard": None,
-              "steady_would_compile": 0}
+    record = {
+        "soc": "Ascend910B1",
+        "soc_assumed": True,
+        "jit_compile": False,
+        "guard": None,
+        "steady_would_compile": 0,
+    }
     check = compile_checks(record)
     assert check["ok"] and "assumed" in check["detail"] and "modelled, not measured" in check["detail"]
 
@@ -572,11 +710,16 @@ def test_compile_mode_on_the_simulator_passes_without_compiles_and_says_what_it_
 def test_a_polar_fallback_fails_like_an_isin_one():
     steps = good_report()["steps"]
     steps["generate"]["fallbacks"] = {"aten::polar.out": 8}
-    result = judged(good_report(steps=steps), "CAUTION: The operator 'aten::polar.out' is not currently "
-                    "supported on the NPU backend and will fall back to run on the CPU.")
+    result = judged(
+        good_report(steps=steps),
+        "CAUTION: The operator 'aten::polar.out' is not currently "
+        "supported on the NPU backend and will fall back to run on the CPU.",
+    )
     assert not result["ok"]
-    assert failed(result) == {"polar fallback": "aten::polar.out fell back to the CPU in generate "
-                                                "(CAUTION line on fd 2; counted 8 times by the simulator)"}
+    assert failed(result) == {
+        "polar fallback": "aten::polar.out fell back to the CPU in generate "
+        "(CAUTION line on fd 2; counted 8 times by the simulator)"
+    }
     assert result["findings"] == []  # a fixed op's fallback is a failure, not a finding
 
 
@@ -591,4 +734,5 @@ def test_a_hook_record_without_polar_fails():
     hook = good_report()["hook"]
     hook["native"] = [op for op in hook["native"] if not op.startswith("polar")]
     assert failed(judged(good_report(hook=hook))) == {
-        "hook": "polar, polar.out: neither native nor registered by the hook"}
+        "hook": "polar, polar.out: neither native nor registered by the hook"
+    }

@@ -22,8 +22,12 @@ images = torch.randn(64, 3, 8, 8)
 classes = images.mean(dim=(2, 3)).argmax(1)  # learnable: the brightest channel
 loader = DataLoader(TensorDataset(images, classes), batch_size=16, num_workers=2, pin_memory=True)
 model = torch.nn.Sequential(
-    torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-    torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 5),
+    torch.nn.Conv2d(3, 8, 3, padding=1),
+    torch.nn.BatchNorm2d(8),
+    torch.nn.ReLU(),
+    torch.nn.MaxPool2d(2),
+    torch.nn.Flatten(),
+    torch.nn.Linear(8 * 4 * 4, 5),
 ).cuda()
 initial = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

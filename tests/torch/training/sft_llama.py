@@ -42,9 +42,17 @@ def collate(rows):
 
 def model():
     config = transformers.LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=BOS, eos_token_id=EOS,
-        pad_token_id=PAD, attn_implementation="eager",
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        attn_implementation="eager",
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
@@ -75,8 +83,12 @@ def train(device):
         optimizer.step()
         optimizer.zero_grad()
         losses.append(total)
-    return {"losses": losses, "grad_norms": norms, "initial": initial,
-            "weights": {name: p.detach().cpu() for name, p in net.named_parameters()}}
+    return {
+        "losses": losses,
+        "grad_norms": norms,
+        "initial": initial,
+        "weights": {name: p.detach().cpu() for name, p in net.named_parameters()},
+    }
 
 
 if __name__ == "__main__":

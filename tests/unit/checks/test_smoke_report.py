@@ -36,11 +36,20 @@ def read_keys(path: Path) -> Set[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             found.add(node.slice.value)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-              and node.args and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             found.add(node.args[0].value)
-        elif (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
-              and isinstance(node.ops[0], (ast.In, ast.NotIn)) and _report(node.comparators[0])):
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and _report(node.comparators[0])
+        ):
             found.add(node.left.value)
     return {key for key in found if isinstance(key, str)}
 

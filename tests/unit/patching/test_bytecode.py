@@ -65,7 +65,14 @@ def compile_unchecked(prefix: Path, mode: str, site: Path) -> None:
     for relative in (STOP_PATH, UTILS_PATH):
         for level in ([], ["-O"]):
             done = _python(
-                prefix, mode, *level, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
+                prefix,
+                mode,
+                *level,
+                "-m",
+                "compileall",
+                "-q",
+                "--invalidation-mode",
+                "unchecked-hash",
                 str(site / relative),
             )
             assert done.returncode == 0, done.stderr
@@ -168,8 +175,18 @@ def test_a_site_packages_reached_through_a_symlink_is_found_by_that_name(tmp_pat
     assert all(str(link).lstrip("/") in str(pyc) for pyc in in_prefix(prefix))
     assert runs_isin(link, prefix)
     result = _python(
-        prefix, "environment", "-m", "ascend_env", "install", "--target", str(site), "--patches-dir",
-        str(patches), "--patches", "always", PYTHONPATH=str(link),
+        prefix,
+        "environment",
+        "-m",
+        "ascend_env",
+        "install",
+        "--target",
+        str(site),
+        "--patches-dir",
+        str(patches),
+        "--patches",
+        "always",
+        PYTHONPATH=str(link),
     )
     assert result.returncode == 0, result.stderr
     assert in_prefix(prefix) == [] and not runs_isin(link, prefix)

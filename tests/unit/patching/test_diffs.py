@@ -146,9 +146,7 @@ def test_hunk_without_trailing_context_must_match_at_end():
 
 
 def test_missing_final_newline_is_honoured():
-    diff = (
-        f"--- a/{TARGET}\n+++ b/{TARGET}\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n"
-    )
+    diff = f"--- a/{TARGET}\n+++ b/{TARGET}\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n"
     patch = parse_patch(HEADER + diff, "demo")
     assert apply_patch(patch, b"a\nb") == b"a\nb\n"
     assert apply_patch(patch, b"a\nb\n", reverse=True) == b"a\nb"

@@ -99,9 +99,7 @@ def test_dry_run_writes_nothing(site, patches):
     original = snapshot(site)
     report = install(site, patches, dry_run=True)
     assert report.result == "would apply"
-    assert sorted(report.changed) == sorted(
-        [STOP_PATH, UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"]
-    )
+    assert sorted(report.changed) == sorted([STOP_PATH, UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"])
     assert snapshot(site) == original
     install(site, patches)
     applied = snapshot(site)
@@ -445,8 +443,13 @@ def _compile_unchecked(site: Path) -> None:
         source = str(site / relative)
         for level in ("", 1):  # python and python -O
             cfile = importlib.util.cache_from_source(source, optimization=level)
-            py_compile.compile(source, cfile=cfile, optimize=-1 if level == "" else level, doraise=True,
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            py_compile.compile(
+                source,
+                cfile=cfile,
+                optimize=-1 if level == "" else level,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
 
 
 def test_stale_unchecked_bytecode_is_drift(site, patches):

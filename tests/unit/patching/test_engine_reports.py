@@ -65,7 +65,13 @@ def test_status_report_keys_in_order(tree):
 def test_interrupted_status_names_the_run_before_the_detail(tree):
     site, patches = tree
     killed = run_cli(
-        "install", "--target", str(site), "--patches-dir", str(patches), "--patches", "always",
+        "install",
+        "--target",
+        str(site),
+        "--patches-dir",
+        str(patches),
+        "--patches",
+        "always",
         env={CRASH_ENV: "journal"},
     )
     assert killed.returncode == 137, killed.stderr

@@ -106,7 +106,8 @@ def test_a_lost_state_without_the_reinstall_adopts_the_patched_files_and_their_r
     assert installed.returncode == 0, installed.stderr
     report = json.loads(installed.stdout)
     assert report["changed"] == [] and {STOP_PATH, UTILS_PATH, "transformers-4.46.3.dist-info/RECORD"} <= set(
-        report["adopted"])
+        report["adopted"]
+    )
     status = cli(site, patches, "status", "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["status"] == "applied"
     assert cli(site, patches, "restore").returncode == 0
@@ -239,8 +240,11 @@ def test_no_inode_for_the_lock_file_leaves_no_state_directory(site, patches, mon
 
 def _mount_tmpfs(path: Path, inodes: int) -> bool:
     path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=16m,nr_inodes={inodes}", "tmpfs", str(path)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size=16m,nr_inodes={inodes}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
     return done.returncode == 0
 
 
@@ -308,7 +312,7 @@ def test_the_fix_for_a_missing_record_works_with_pip(tmp_path, name):
         find_distribution(site, name)
     fix = refused.value.fix
     assert fix is not None
-    command = fix[fix.index("pip install"):].rstrip(".")
+    command = fix[fix.index("pip install") :].rstrip(".")
     own = "<the ascend-env 0.1.0 wheel or clone it came from>"
     placeholder = own if name == "ascend-env" else f"{name}==0.1.0"
     assert command.endswith(placeholder), fix

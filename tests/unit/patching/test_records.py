@@ -67,7 +67,6 @@ def test_two_dist_infos_of_one_name_are_refused(tmp_path):
         find_distribution(site, "transformers")
 
 
-
 def test_a_dist_info_without_record_is_refused(tmp_path):
     site = make_site(tmp_path)
     (site / "transformers-4.46.3.dist-info/RECORD").unlink()
@@ -97,6 +96,7 @@ def test_dist_infos_without_name_or_version_are_skipped(tmp_path):
     (site / "c-1.dist-info").mkdir()  # no METADATA at all
     dist = find_distribution(site, "transformers")
     assert dist is not None and dist.dist_info == "transformers-4.46.3.dist-info"
+
 
 @pytest.fixture
 def manifest_data(tmp_path):

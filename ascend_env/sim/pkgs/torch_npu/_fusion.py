@@ -77,21 +77,44 @@ def _mask(
 
 
 def npu_fusion_attention(
-    query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str,
-    pse: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
-    atten_mask: Optional[Tensor] = None, scale: float = 1.0, keep_prob: float = 1.0,
-    pre_tockens: int = 2147483647, next_tockens: int = 2147483647, inner_precise: int = 0,
-    prefix: Optional[Sequence[int]] = None, actual_seq_qlen: Optional[Sequence[int]] = None,
-    actual_seq_kvlen: Optional[Sequence[int]] = None, sparse_mode: int = 0,
-    gen_mask_parallel: bool = True, sync: bool = False,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    head_num: int,
+    input_layout: str,
+    pse: Optional[Tensor] = None,
+    padding_mask: Optional[Tensor] = None,
+    atten_mask: Optional[Tensor] = None,
+    scale: float = 1.0,
+    keep_prob: float = 1.0,
+    pre_tockens: int = 2147483647,
+    next_tockens: int = 2147483647,
+    inner_precise: int = 0,
+    prefix: Optional[Sequence[int]] = None,
+    actual_seq_qlen: Optional[Sequence[int]] = None,
+    actual_seq_kvlen: Optional[Sequence[int]] = None,
+    sparse_mode: int = 0,
+    gen_mask_parallel: bool = True,
+    sync: bool = False,
 ) -> _Result:
     """Fused attention as torch_npu computes it (see the module docstring)."""
     if input_layout not in _LAYOUTS:
-        raise ValueError(f"npu_fusion_attention: input_layout must be one of {_LAYOUTS}, "
-                         f"got {input_layout!r}")
+        raise ValueError(
+            f"npu_fusion_attention: input_layout must be one of {_LAYOUTS}, got {input_layout!r}"
+        )
     if input_layout == "TND":
-        return _varlen(query, key, value, head_num, atten_mask, scale, keep_prob, actual_seq_qlen,
-                       actual_seq_kvlen, sparse_mode)
+        return _varlen(
+            query,
+            key,
+            value,
+            head_num,
+            atten_mask,
+            scale,
+            keep_prob,
+            actual_seq_qlen,
+            actual_seq_kvlen,
+            sparse_mode,
+        )
     q = _to_bnsd(query, input_layout, head_num)
     kv_heads = head_num * key.shape[-1] // query.shape[-1] if input_layout in ("BSH", "SBH") else None
     k = _to_bnsd(key, input_layout, kv_heads or key.shape[-3 if input_layout == "BNSD" else -2])
@@ -100,14 +123,29 @@ def npu_fusion_attention(
     if pse is not None:
         raise NotImplementedError("the simulated npu_fusion_attention does not model pse (position bias)")
     out, row_max, row_sum = _attend(q, k, v, mask, scale, keep_prob)
-    return (_from_bnsd(out, input_layout), row_max.expand(*row_max.shape[:-1], 8).contiguous(),
-            row_sum.expand(*row_sum.shape[:-1], 8).contiguous(), torch.empty(0, device=q.device), 0, 0, 0)
+    return (
+        _from_bnsd(out, input_layout),
+        row_max.expand(*row_max.shape[:-1], 8).contiguous(),
+        row_sum.expand(*row_sum.shape[:-1], 8).contiguous(),
+        torch.empty(0, device=q.device),
+        0,
+        0,
+        0,
+    )
 
 
 # seq_q and seq_kv: the actual_seq_* sequences of ints, or None (not given), which fails in zip.
 def _varlen(
-    query: Tensor, key: Tensor, value: Tensor, head_num: int, atten_mask: Optional[Tensor], scale: float,
-    keep_prob: float, seq_q: Any, seq_kv: Any, sparse_mode: int,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    head_num: int,
+    atten_mask: Optional[Tensor],
+    scale: float,
+    keep_prob: float,
+    seq_q: Any,
+    seq_kv: Any,
+    sparse_mode: int,
 ) -> _Result:
     """TND: sequences packed along T, ``actual_seq_*`` their cumulative ends."""
     outs: List[Tensor] = []
@@ -125,6 +163,12 @@ def _varlen(
         sums.append(row_sum[0].transpose(0, 1))
         q_start, kv_start = q_end, kv_end
     row_max, row_sum = torch.cat(maxes), torch.cat(sums)
-    return (torch.cat(outs), row_max.expand(*row_max.shape[:-1], 8).contiguous(),
-            row_sum.expand(*row_sum.shape[:-1], 8).contiguous(), torch.empty(0, device=query.device), 0, 0, 0)
-
+    return (
+        torch.cat(outs),
+        row_max.expand(*row_max.shape[:-1], 8).contiguous(),
+        row_sum.expand(*row_sum.shape[:-1], 8).contiguous(),
+        torch.empty(0, device=query.device),
+        0,
+        0,
+        0,
+    )

@@ -46,24 +46,79 @@ warnings.filterwarnings(action="once")
 __all__ = []
 
 torch_fn_white_list = [
-    "logspace", "randint", "hann_window", "rand", "full_like", "ones_like", "rand_like", "randperm",
-    "arange", "frombuffer", "normal", "_empty_per_channel_affine_quantized", "empty_strided", "empty_like",
-    "scalar_tensor", "tril_indices", "bartlett_window", "ones", "sparse_coo_tensor", "randn", "kaiser_window",
-    "tensor", "triu_indices", "as_tensor", "zeros", "randint_like", "full", "eye",
-    "_sparse_csr_tensor_unsafe", "empty", "_sparse_coo_tensor_unsafe", "blackman_window", "zeros_like",
+    "logspace",
+    "randint",
+    "hann_window",
+    "rand",
+    "full_like",
+    "ones_like",
+    "rand_like",
+    "randperm",
+    "arange",
+    "frombuffer",
+    "normal",
+    "_empty_per_channel_affine_quantized",
+    "empty_strided",
+    "empty_like",
+    "scalar_tensor",
+    "tril_indices",
+    "bartlett_window",
+    "ones",
+    "sparse_coo_tensor",
+    "randn",
+    "kaiser_window",
+    "tensor",
+    "triu_indices",
+    "as_tensor",
+    "zeros",
+    "randint_like",
+    "full",
+    "eye",
+    "_sparse_csr_tensor_unsafe",
+    "empty",
+    "_sparse_coo_tensor_unsafe",
+    "blackman_window",
+    "zeros_like",
     "range",
     "sparse_csr_tensor",
-    "randn_like", "from_file", "_cudnn_init_dropout_state", "_empty_affine_quantized", "linspace",
-    "hamming_window", "empty_quantized", "_pin_memory", "autocast", "load",
+    "randn_like",
+    "from_file",
+    "_cudnn_init_dropout_state",
+    "_empty_affine_quantized",
+    "linspace",
+    "hamming_window",
+    "empty_quantized",
+    "_pin_memory",
+    "autocast",
+    "load",
 ]
-torch_tensor_fn_white_list = ["new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor",
-                              "new_zeros", "to"]
+torch_tensor_fn_white_list = [
+    "new_empty",
+    "new_empty_strided",
+    "new_full",
+    "new_ones",
+    "new_tensor",
+    "new_zeros",
+    "to",
+]
 torch_module_fn_white_list = ["to", "to_empty"]
 torch_cuda_fn_white_list = [
-    "get_device_properties", "get_device_name", "get_device_capability", "list_gpu_processes", "set_device",
-    "synchronize", "mem_get_info", "memory_stats", "memory_summary", "memory_allocated",
-    "max_memory_allocated", "reset_max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_max_memory_cached", "reset_peak_memory_stats",
+    "get_device_properties",
+    "get_device_name",
+    "get_device_capability",
+    "list_gpu_processes",
+    "set_device",
+    "synchronize",
+    "mem_get_info",
+    "memory_stats",
+    "memory_summary",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_max_memory_cached",
+    "reset_peak_memory_stats",
 ]
 torch_distributed_fn_white_list = ["__init__"]
 is_available = torch.cuda.is_available
@@ -153,8 +208,10 @@ def _wrapper_hccl(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def decorated(*args: Any, **kwargs: Any) -> Any:
         if args:
-            args = [arg.replace("nccl", "hccl") if type(arg) == str and "nccl" in arg else arg  # type: ignore[assignment]
-                    for arg in args]
+            args = [
+                arg.replace("nccl", "hccl") if type(arg) == str and "nccl" in arg else arg  # type: ignore[assignment]
+                for arg in args
+            ]
         backend = kwargs.get("backend", None)
         if type(backend) == str and "nccl" in backend:
             kwargs["backend"] = backend.replace("nccl", "hccl")
@@ -178,8 +235,9 @@ def _wrapper_data_loader(fn: Callable[..., Any]) -> Callable[..., Any]:
     return decorated
 
 
-def _jit_script(obj: Any, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None,
-                example_inputs: Any = None) -> Any:
+def _jit_script(
+    obj: Any, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None, example_inputs: Any = None
+) -> Any:
     return obj
 
 
@@ -188,9 +246,11 @@ def _jit_script_method(fn: Any) -> Any:
 
 
 def _patch_jit_script() -> None:
-    msg = ("torch.jit.script and torch.jit.script_method will be disabled by transfer_to_npu, "
-           "which currently does not support them, if you need to enable them, please do not use "
-           "transfer_to_npu.")
+    msg = (
+        "torch.jit.script and torch.jit.script_method will be disabled by transfer_to_npu, "
+        "which currently does not support them, if you need to enable them, please do not use "
+        "transfer_to_npu."
+    )
     warnings.warn(msg, RuntimeWarning)
     torch.jit.script = _jit_script
     # torch.jit has script_method at run time (torch/jit/_script.py) but does not re-export it.
@@ -198,14 +258,20 @@ def _patch_jit_script() -> None:
 
 
 def _patch_cuda() -> None:
-    patches = [["cuda", torch_npu.npu], ["cuda.amp", torch_npu.npu.amp],
-               ["cuda.random", torch_npu.npu.random]]
+    patches = [
+        ["cuda", torch_npu.npu],
+        ["cuda.amp", torch_npu.npu.amp],
+        ["cuda.random", torch_npu.npu.random],
+    ]
     torch_npu._apply_patches(patches)
 
 
 def _warning_fn(msg: str, rank0: bool = True) -> None:
-    is_distributed = (torch.distributed.is_available() and torch.distributed.is_initialized()
-                      and torch.distributed.get_world_size() > 1)
+    is_distributed = (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+    )
     env_rank = os.getenv("RANK", None)
     if rank0 and is_distributed:
         if torch.distributed.get_rank() == 0:
@@ -226,6 +292,7 @@ def _patch_distributed() -> None:
     if not dist.is_available():
         return
     if "hccl" not in getattr(dist.Backend, "backend_list", ["hccl"]) and "HCCL" not in dir(dist.Backend):
+
         def _hccl(store: Any, rank: int, size: int, timeout: Any) -> Any:
             return dist.ProcessGroupGloo(store, rank, size, timeout)
 
@@ -246,28 +313,35 @@ def _patch_distributed() -> None:
 
 _STARS = "    " + "*" * 109
 # torch_npu's banner, line for line.
-_BANNER = "\n".join([
-    "",
-    _STARS,
-    "    The torch.Tensor.cuda and torch.nn.Module.cuda are replaced with torch.Tensor.npu and "
-    "torch.nn.Module.npu now..",
-    "    The torch.cuda.DoubleTensor is replaced with torch.npu.FloatTensor cause the double type is not "
-    "supported now..",
-    "    The backend in torch.distributed.init_process_group set to hccl now..",
-    "    The torch.cuda.* and torch.cuda.amp.* are replaced with torch.npu.* and torch.npu.amp.* now..",
-    "    The device parameters have been replaced with npu in the function below:",
-    "    {}",
-    _STARS,
-    "    ",
-])
+_BANNER = "\n".join(
+    [
+        "",
+        _STARS,
+        "    The torch.Tensor.cuda and torch.nn.Module.cuda are replaced with torch.Tensor.npu and "
+        "torch.nn.Module.npu now..",
+        "    The torch.cuda.DoubleTensor is replaced with torch.npu.FloatTensor cause the double type is not "
+        "supported now..",
+        "    The backend in torch.distributed.init_process_group set to hccl now..",
+        "    The torch.cuda.* and torch.cuda.amp.* are replaced with torch.npu.* and torch.npu.amp.* now..",
+        "    The device parameters have been replaced with npu in the function below:",
+        "    {}",
+        _STARS,
+        "    ",
+    ]
+)
 
 
 def _init() -> None:
     # Replaces torch's methods and classes: type: ignore[method-assign, misc], as in _patch_distributed.
-    _warning_fn(_BANNER.format(", ".join(
-        ["torch." + i for i in torch_fn_white_list]
-        + ["torch.Tensor." + i for i in torch_tensor_fn_white_list]
-        + ["torch.nn.Module." + i for i in torch_module_fn_white_list])))
+    _warning_fn(
+        _BANNER.format(
+            ", ".join(
+                ["torch." + i for i in torch_fn_white_list]
+                + ["torch.Tensor." + i for i in torch_tensor_fn_white_list]
+                + ["torch.nn.Module." + i for i in torch_module_fn_white_list]
+            )
+        )
+    )
 
     # torch.cuda.*
     _patch_cuda()
