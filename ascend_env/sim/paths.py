@@ -39,6 +39,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 from ascend_env.sim import compile_mode, oppaths, steps
 from ascend_env.sim.reports import Counts, GuardRecord, PathsReport, RunReport, Span, Steady, Warning64Record
+from ascend_env.sim.silencing import warnings_silenced
 
 __all__ = [
     "COPY_TO_HOST",
@@ -47,12 +48,8 @@ __all__ = [
     "ENV",
     "INDEX_OPS",
     "INFRASTRUCTURE",
-    "LOG_LEVEL",
-    "QUIET_LOG_LEVELS",
-    "RANK",
     "STEADY_FROM",
     "SYNC_OPS",
-    "WARNING_SWITCHES",
     "WARN_OPS",
     "Bucket",
     "Model",
@@ -63,7 +60,6 @@ __all__ = [
     "start_from_environment",
     "steady_compiles",
     "steady_state",
-    "warnings_silenced",
 ]
 
 ENV = "ASCEND_ENV_AUDIT_PATHS"
@@ -127,25 +123,6 @@ INFRASTRUCTURE = frozenset(
         "_reshape_alias",
     }
 )
-# What silences torch_npu's warnings, as warnings_silenced() in sim/csrc/sim_backend.cpp reads it
-# (tests/unit/test_paths.py reads it there): a RANK other than 0, a switch set to 1, a log level.
-RANK = "RANK"
-WARNING_SWITCHES = ("TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE")
-LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
-QUIET_LOG_LEVELS = ("ERROR", "FATAL", "2", "3")
-
-
-def warnings_silenced(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether torch_npu's warnings are off: the rule of the simulator's CAUTION line
-    (``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp``), read at each warning as it is."""
-    environ = os.environ if environ is None else environ
-    rank = environ.get(RANK)
-    if rank and rank != "0":
-        return True
-    if any(environ.get(switch) == "1" for switch in WARNING_SWITCHES):
-        return True
-    level = environ.get(LOG_LEVEL)
-    return level is not None and level.upper() in QUIET_LOG_LEVELS
 
 
 class Bucket:

@@ -1,31 +1,16 @@
 """ascend_env.sim.paths, the dispatch-path model, without torch: its mirrors of the C++ backend,
-the silencers, and the report it writes (``ascend_env.sim.reports.PathsReport``)."""
+and the report it writes (``ascend_env.sim.reports.PathsReport``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import pytest
+from sim_source import cpp, cpp_block
 
 from ascend_env import sim
-from ascend_env.checks import smoke
 from ascend_env.sim import oppaths, paths
 from ascend_env.sim.reports import Counts, PathsReport, RunReport, Span, Steady, Warning64Record
-
-BACKEND = Path(sim.__file__).resolve().parent / "csrc" / "sim_backend.cpp"
-
-
-def cpp() -> str:
-    return BACKEND.read_text(encoding="utf-8")
-
-
-def cpp_block(start: str) -> str:
-    """The C++ from ``start`` to the first line that is a closing brace alone."""
-    text = cpp()
-    at = text.index(start)
-    return text[at : text.index("\n}", at)]
-
 
 # ---------------------------------------------------------------- the mirrors of sim/csrc/sim_backend.cpp
 
@@ -41,40 +26,6 @@ def test_infrastructure_is_what_the_backend_registers_whatever_the_table():
     block = cpp_block("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {")
     registered = set(re.findall(r'm\.impl\("([^"]+)"', block))
     assert registered and registered == paths.INFRASTRUCTURE
-
-
-def test_the_silencers_are_read_as_the_backend_reads_them():
-    body = cpp_block("bool warnings_silenced() {")
-    assert set(re.findall(r'std::getenv\("(\w+)"\)', body)) == {paths.RANK, paths.LOG_LEVEL}
-    assert set(re.findall(r'env_is\("(\w+)", "1"\)', body)) == set(paths.WARNING_SWITCHES)
-    assert set(re.findall(r'upper == "(\w+)"', body)) == set(paths.QUIET_LOG_LEVELS)
-    assert 'strcmp(rank, "0")' in body  # RANK silences unless it is empty or "0"
-
-
-# One table for the three rules: the backend's CAUTION line (sim_backend.cpp, mirrored above), the
-# model's 64-bit warnings (paths.warnings_silenced) and verify's child environment
-# (smoke.silencers: every variable that can silence must be named, so that verify can neutralise it).
-SILENCING = [
-    ({}, False),
-    ({"RANK": "0"}, False),
-    ({"RANK": ""}, False),
-    ({"RANK": "1"}, True),
-    ({"TORCH_NPU_DISABLED_WARNING": "1"}, True),
-    ({"TORCH_NPU_WARNING_DISABLE": "1"}, True),
-    ({"TORCH_NPU_WARNING_DISABLE": "0"}, False),
-    ({"TORCH_CPP_LOG_LEVEL": "error"}, True),
-    ({"TORCH_CPP_LOG_LEVEL": "3"}, True),
-    ({"TORCH_CPP_LOG_LEVEL": "WARNING"}, False),
-    ({"RANK": " 0"}, True),
-    ({"RANK": "0 "}, True),
-]
-
-
-@pytest.mark.parametrize("environ, silenced", SILENCING)
-def test_silencers_are_those_of_the_fallback_line(environ, silenced):
-    assert paths.warnings_silenced(environ) is silenced
-    if silenced:
-        assert smoke.silencers(environ), "verify would leave this silencer in its child's environment"
 
 
 # ---------------------------------------------------------------- the report the model writes
