@@ -45,7 +45,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import _audited
 from ascend_env.checks.smoke import FALLBACK_DISABLE, IMPORTS, SILENCERS, STEPS
-from ascend_env.checks.verdict import IMPORT_WORDS, Smoke, VerifyResult, judge
+from ascend_env.checks.verdict import IMPORT_WORDS, judge
+from ascend_env.checks.verify_result import Smoke, VerifyResult
 from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
 from ascend_env.sim import paths, startup

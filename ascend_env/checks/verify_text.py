@@ -1,11 +1,12 @@
-"""``verify``'s verdict as text, and its exit code, from a :class:`ascend_env.checks.verdict.VerifyResult`
-or from the ``--json`` document it was written as."""
+"""``verify``'s verdict as text, and its exit code, from a
+:class:`ascend_env.checks.verify_result.VerifyResult` or from the ``--json`` document it was
+written as."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Union
 
-from ascend_env.checks.verdict import VerifyResult
+from ascend_env.checks.verify_result import VerifyResult
 
 __all__ = ["exit_code", "format_text"]
 

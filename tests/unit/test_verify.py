@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typed_reports import unknown_keys
 
-from ascend_env.checks import smoke, verdict, verify, verify_text
+from ascend_env.checks import smoke, verdict, verify, verify_result, verify_text
 from ascend_env.checks.smoke_report import SmokeReport
-from ascend_env.checks.verdict import Smoke
+from ascend_env.checks.verify_result import Smoke
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 from ascend_env.exceptions import UsageError
 from ascend_env.hook.runtime import HookStatus
@@ -422,8 +422,8 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
     report = good_report()
     report["steps"]["generate"]["fallbacks"] = {ISIN_OUT: 2, "aten::foo": 1}
     result = verdict.judge([Smoke("sim", list(smoke.STEPS), report, CAUTION.format(op=ISIN_OUT))])
-    assert isinstance(result.checks[0], verdict.Check) and result.device == "simulator"
-    assert result.fallbacks[ISIN_OUT] == verdict.Fallback(line=True, count=2, steps=["generate"])
+    assert isinstance(result.checks[0], verify_result.Check) and result.device == "simulator"
+    assert result.fallbacks[ISIN_OUT] == verify_result.Fallback(line=True, count=2, steps=["generate"])
     data = result.to_dict()
     assert list(data) == [
         "ok",
@@ -458,14 +458,14 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
 
 
 def test_a_check_that_passed_has_no_fix():
-    assert verdict.Check("hook", True, "fine", "ignored").to_dict() == {
+    assert verify_result.Check("hook", True, "fine", "ignored").to_dict() == {
         "name": "hook",
         "ok": True,
         "detail": "fine",
         "fix": None,
     }
-    assert verdict.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
-    assert verdict.Check.passed("hook", "fine").fix is None
+    assert verify_result.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
+    assert verify_result.Check.passed("hook", "fine").fix is None
 
 
 # -- the command, end to end, with a torch that cannot be imported ---------------------------------

@@ -9,7 +9,7 @@ from typing import Set
 
 from typed_reports import unknown_keys
 
-from ascend_env.checks import smoke_report, verdict
+from ascend_env.checks import smoke_report, verify_result
 from ascend_env.checks.smoke_report import SmokeReport
 from ascend_env.hook.runtime import HookStatus
 
@@ -56,7 +56,11 @@ def read_keys(path: Path) -> Set[str]:
 
 def test_every_key_the_verdict_reads_is_declared():
     # mypy checks x["key"] on a TypedDict, not x.get("key"): a misspelt get would read None forever.
-    document = set(verdict.VerifyResult.__annotations__) | set(verdict.Check.__annotations__) | {"schema"}
+    document = (
+        set(verify_result.VerifyResult.__annotations__)
+        | set(verify_result.Check.__annotations__)
+        | {"schema"}
+    )
     unknown = read_keys(ROOT / "ascend_env" / "checks" / "verdict.py") - declared_keys() - document
     assert unknown == set()
 
