@@ -509,3 +509,12 @@ def test_a_planted_alias_is_caught():
         (9, "ascend_env", "ae"),
     ]
     assert aliases("tests/unit/test_x.py", "from . import helpers as h\n") == []
+
+
+# A module holds one noun: past this many lines (as ruff format writes them), split it by noun.
+MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_house_limit():
+    sizes = {m: len((PACKAGE / m).read_text(encoding="utf-8").splitlines()) for m in modules()}
+    assert len(sizes) > 90 and {m: n for m, n in sizes.items() if n > MODULE_LINES} == {}
