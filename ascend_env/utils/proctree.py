@@ -104,7 +104,7 @@ class Tree:
 
     def poll(self, reported: Iterable[int] = ()) -> None:
         """Look at ``/proc`` again; ``reported`` are pids known to run a reporter of their own (their
-        program is not read again)."""
+        program is read once, not again)."""
         if not self.available:
             return
         try:
@@ -147,7 +147,13 @@ class Tree:
         for pid, found in new:
             self._outside[pid] = found[4]
         for member in self.members.values():
-            if not member.ended and member.state not in ("Z", "X") and member.pid not in reported:
+            # A reporter's program is read once all the same: one that reported before the first
+            # poll met it would keep no command line, and its forks would not be known as forks.
+            if (
+                not member.ended
+                and member.state not in ("Z", "X")
+                and (member.pid not in reported or not member.argv)
+            ):
                 member.look()
         for pid, member in self.members.items():
             if not member.ended and pid not in listed:

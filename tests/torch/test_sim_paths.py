@@ -171,7 +171,7 @@ def test_910b_compiles_nothing_and_stays_quiet(capfd, script, step_syncs, kind):
     code, report, err = audit(
         capfd, script, "--soc", "910B", "--fail-on", "compiles,64bit", extra=[kind, "greedy"]
     )
-    assert code == 0, report
+    assert code == 0, report["verdict"]
     run = the_run(report)
     assert report["paths"]["would_compile"] == 0 and report["paths"]["warnings_64bit"] == []
     assert "AddKernelNpu" not in err
@@ -189,7 +189,7 @@ def test_jit_compile_false_in_the_script_compiles_nothing_on_910a(capfd, script)
         "compiles,64bit",
         extra=["qwen2", "sampling", "--jit-off"],
     )
-    assert code == 0, report
+    assert code == 0, report["verdict"]
     assert report["paths"]["would_compile"] == 0 and report["paths"]["jit_compile_at_exit"] is False
     assert "AddKernelNpu" not in err
 

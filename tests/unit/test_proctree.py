@@ -3,6 +3,10 @@ exercised through ascend_env.utils.supervise and the audit)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from ascend_env.utils import proctree
@@ -21,3 +25,20 @@ from ascend_env.utils import proctree
 )
 def test_python_flags(argv, flags):
     assert proctree.python_flags(argv) == flags
+
+
+def test_a_process_that_reported_before_it_was_met_still_has_its_command_line():
+    # Under load the supervisor's first poll can come after the command's report: its command line
+    # must still be read once, or a fork of it (``platform`` runs ``uname -p`` so) looks unaudited.
+    argv = [sys.executable, "-c", "import sys; sys.stdin.read()", "marker"]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE)
+    try:
+        tree = proctree.Tree(os.getpid())
+        tree.poll(reported={child.pid})
+        member = tree.members[child.pid]
+        assert member.argv == argv and member.python
+        member.argv = ["changed"]
+        tree.poll(reported={child.pid})
+        assert member.argv == ["changed"]  # a reporter's program is not read again
+    finally:
+        child.communicate(b"")
