@@ -13,8 +13,9 @@ import os
 import subprocess
 import sys
 import venv
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -210,9 +211,22 @@ REPRESENTATIVE = ("2.1.0.post3", "2.2.0", "2.3.1", "2.3.1.post2", "2.7.1.post11"
 TABLES = optables.releases() if os.environ.get("ASCEND_ENV_ALL_TABLES") == "1" else REPRESENTATIVE
 
 
+@pytest.fixture(scope="module")
+def table_smokes(request, hooked_env) -> Iterator[Dict[str, Future]]:
+    """The smoke test under each selected table, one process per table, as many at once as there
+    are cores (52 processes of about 3 s each with ASCEND_ENV_ALL_TABLES=1)."""
+    tables = [
+        item.callspec.params["table"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_every_op_table"
+    ]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        yield {table: pool.submit(smoke, hooked_env, ENABLE_SIM.format(table=table)) for table in tables}
+
+
 @pytest.mark.parametrize("table", TABLES)
-def test_every_op_table(hooked_env, table):
-    report, stderr = smoke(hooked_env, ENABLE_SIM.format(table=table))
+def test_every_op_table(table_smokes, table):
+    report, stderr = table_smokes[table].result()
     assert report["equal"] == [True] * 5
     ops = optables.load(table)
     falling_back = [fix.op for fix in registry.FIXES if all(op not in ops for op in fix.when_missing)]
