@@ -16,6 +16,9 @@ import json
 import sys
 from typing import Any, Dict, List
 
+# The model verify's smoke test generates with (eos 2, pad 0: EOS[0] and PAD here).
+from ascend_env.checks.smoke import tiny_llama
+
 PROMPT = [[5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 9, 10]]
 PADDED_PROMPT = [[5, 6, 7, 8, 5, 6], [0, 0, 9, 10, 11, 12]]  # left padding, mask inferred
 LOOKUP_PROMPT = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]]  # repeated n-grams for prompt lookup; batch 1
@@ -38,26 +41,6 @@ CASES: Dict[str, Dict[str, Any]] = {
 }
 # Cases every release in the matrix must run (all of them: prompt lookup exists since 4.35).
 REQUIRED = tuple(CASES)
-
-
-def tiny_llama():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=EOS[0],
-        pad_token_id=PAD,
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
 
 
 def run_case(model, device: str, options: Dict[str, Any]) -> List[List[int]]:
