@@ -260,16 +260,19 @@ def _comparable(text: str) -> str:
 
 
 def _in_start_order(lines: List[str]) -> List[str]:
-    """The "done" lines of steps that run side by side (verify's import-path processes) come in
-    the order the processes end: compare each run of them sorted."""
-    done, out = [], []
+    """Steps that run side by side (verify's import-path processes) start and end in either order:
+    compare each run of consecutive start lines (``... ``), and of "done" lines, sorted."""
+    run: List[str] = []
+    out: List[str] = []
+    kind = None
     for line in lines + [""]:
-        if line.endswith(": done in <N> s"):
-            done.append(line)
+        this = "done" if line.endswith(": done in <N> s") else "start" if line.endswith(" ...") else None
+        if this is not None and this == kind:
+            run.append(line)
             continue
-        out += sorted(done) + [line]
-        done = []
-    return out[:-1]
+        out += sorted(run)
+        run, kind = [line], this
+    return out
 
 
 @pytest.mark.skipif(
