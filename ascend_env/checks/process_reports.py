@@ -5,14 +5,16 @@ reporter (:class:`ascend_env._audited.Reporter`) writes it is a problem, never a
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any, List, NamedTuple, Optional, Set, Tuple, cast
 
 from ascend_env.sim.reports import ProcessReport
-from ascend_env.utils import jsontext
+from ascend_env.utils import jsontext, proctree
 
-__all__ = ["MAX_REPORT_BYTES", "Reports", "collect", "read_reports", "reported_pids"]
+__all__ = ["MAX_REPORT_BYTES", "Exec", "Reports", "collect", "read_execs", "read_reports", "reported_images"]
 
 #: A report larger than this is not read (a process wrote over the report directory).
 MAX_REPORT_BYTES = 64 << 20
@@ -50,9 +52,22 @@ def collect(reports: Path) -> List[ProcessReport]:
     return read_reports(reports).good
 
 
+def _regular(path: str, flags: int) -> int:
+    """Open ``path`` only if it is a regular file: never blocks on a FIFO (``O_NONBLOCK``), nor
+    follows a symbolic link, nor reads a device (whatever a process left in the directory)."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=_regular) as handle:
             data = handle.read(MAX_REPORT_BYTES + 1)
     except FileNotFoundError:  # replaced or removed as it was listed
         return None, None
@@ -68,6 +83,7 @@ def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     return (problem, None) if problem else (None, cast(ProcessReport, value))
 
 
+_OPTIONAL_INT = ("start", "generation")
 _OPTIONAL_STR = ("rank", "origin", "table", "torch_npu", "error", "unaudited", "extra_error")
 _OPTIONAL_BOOL = ("torch", "npu_used", "autoload")
 
@@ -83,6 +99,9 @@ def _report_problem(value: Any) -> Optional[str]:
     argv = value.get("argv")
     if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
         return "has an argv that is not a list of strings"
+    for key in _OPTIONAL_INT:
+        if value.get(key) is not None and not (_is_int(value[key]) and value[key] >= 0):
+            return f"has a {key} that is not a count"
     for key in _OPTIONAL_STR:
         if value.get(key) is not None and not isinstance(value[key], str):
             return f"has a {key} that is not a string"
@@ -109,10 +128,63 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def reported_pids(reports: Path) -> Set[int]:
-    """The pids that wrote a report (from the file names: ``<pid>-<random>.json``)."""
+def _image(name: str) -> Optional[Tuple[int, int, int]]:
+    """(pid, start, generation) of a report's or exec marker's name,
+    ``<pid>-<start>-<generation>-<random>``."""
+    words = name.split("-")
+    if len(words) != 4 or not all(word.isdigit() for word in words[:3]):
+        return None
+    return int(words[0]), int(words[1]), int(words[2])
+
+
+def reported_images(reports: Path) -> proctree.Reported:
+    """The process images that wrote a report, and those that ran ``exec`` (from the file names:
+    ``<pid>-<start>-<generation>-<random>.json`` and ``.exec``)."""
     try:
         names = os.listdir(reports)
     except OSError:
-        return set()
-    return {int(name.split("-", 1)[0]) for name in names if name.split("-", 1)[0].isdigit()}
+        return proctree.Reported()
+    found: Set[Tuple[int, int, int]] = set()
+    execs: Set[Tuple[int, int, int]] = set()
+    for name in names:
+        stem, dot, kind = name.partition(".")
+        image = _image(stem) if dot else None
+        if image is not None and kind in ("json", "exec"):
+            (found if kind == "json" else execs).add(image)
+    return proctree.Reported(frozenset(found), frozenset(execs))
+
+
+class Exec(NamedTuple):
+    """A process image that ran ``exec``: the program and command line it gave."""
+
+    pid: int
+    start: int
+    generation: int
+    path: str
+    argv: List[str]
+
+
+def read_execs(reports: Path) -> List[Exec]:
+    """The exec markers in ``reports`` (``<pid>-<start>-<generation>-<random>.exec``) that read
+    well, read as the reports are; the others are left out (the tree's own look then tells)."""
+    found: List[Exec] = []
+    try:
+        names = sorted(os.listdir(reports))
+    except OSError:
+        return found
+    for name in names:
+        stem, _, kind = name.partition(".")
+        image = _image(stem)
+        if image is None or kind != "exec":
+            continue
+        try:
+            with open(os.path.join(reports, name), "rb", opener=_regular) as handle:
+                value = jsontext.loads(handle.read(MAX_REPORT_BYTES).decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(value, dict):
+            continue
+        path, argv = value.get("path"), value.get("argv")
+        if isinstance(path, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            found.append(Exec(image[0], image[1], image[2], path, list(argv)))
+    return found
