@@ -5,9 +5,7 @@ reporter (:class:`ascend_env._audited.Reporter`) writes it is a problem, never a
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from pathlib import Path
 from typing import Any, List, NamedTuple, Optional, Set, Tuple, cast
 
@@ -52,23 +50,10 @@ def collect(reports: Path) -> List[ProcessReport]:
     return read_reports(reports).good
 
 
-def _regular(path: str, flags: int) -> int:
-    """Open ``path`` only if it is a regular file: never blocks on a FIFO (``O_NONBLOCK``), nor
-    follows a symbolic link, nor reads a device (whatever a process left in the directory)."""
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     try:
-        with open(path, "rb", opener=_regular) as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
+        # Only a regular file, never blocking: a process may leave a FIFO named like a report.
+        data = jsontext.read_regular(path, MAX_REPORT_BYTES + 1)
     except FileNotFoundError:  # replaced or removed as it was listed
         return None, None
     except OSError as exc:
@@ -178,8 +163,8 @@ def read_execs(reports: Path) -> List[Exec]:
         if image is None or kind != "exec":
             continue
         try:
-            with open(os.path.join(reports, name), "rb", opener=_regular) as handle:
-                value = jsontext.loads(handle.read(MAX_REPORT_BYTES).decode("utf-8"))
+            data = jsontext.read_regular(os.path.join(reports, name), MAX_REPORT_BYTES)
+            value = jsontext.loads(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             continue
         if not isinstance(value, dict):

@@ -53,7 +53,7 @@ from ascend_env.checks.verify_result import Smoke, VerifyResult
 from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
 from ascend_env.sim import paths, startup
-from ascend_env.utils import progress
+from ascend_env.utils import jsontext, progress
 from ascend_env.utils.pyflags import child_flags
 
 __all__ = [
@@ -120,8 +120,8 @@ def run_smoke(
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
-        if report.is_file():
-            smoke.report = json.loads(report.read_text(encoding="utf-8"))
+        if report.is_file():  # a regular file (not a FIFO the child left), read without blocking
+            smoke.report = json.loads(jsontext.read_regular(report).decode("utf-8"))
     _raise_environment_problem(options, smoke)
     return smoke
 

@@ -196,6 +196,50 @@ def test_an_exec_that_stays_audited_is_not_unaudited(command):
         audit.run([PY, "-c", command], "2.4.0")
 
 
+# A FIFO in the report directory hung audit forever and left the directory (issue 42, item 6).
+FIFO_NAMES = {
+    "a report's name": "f'{os.getpid()}-1-0-abcd1234.json'",
+    "any .json": "'fifo.json'",
+    "an exec marker's name": "f'{os.getpid()}-1-0-abcd1234.exec'",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIFO_NAMES))
+def test_a_fifo_in_the_report_directory_is_refused_not_waited_on(name, tmp_path):
+    code = (
+        "import os\nreports = os.environ['ASCEND_ENV_AUDIT_REPORTS']\n"
+        f"os.mkfifo(os.path.join(reports, {FIFO_NAMES[name]}))\n"
+    )
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    done = subprocess.run(
+        [
+            PY,
+            "-m",
+            "ascend_env",
+            "audit",
+            "--json",
+            "--torch-npu",
+            "2.4.0",
+            "--timeout",
+            "30",
+            "--",
+            PY,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode in (1, 2), done.stderr
+    json.loads(done.stdout)
+    if name != "an exec marker's name":
+        assert "not a regular file" in done.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(audit.SCRATCH_PREFIX)] == []
+
+
 def test_forked_children_inherit_the_audit():
     code = (
         "import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"

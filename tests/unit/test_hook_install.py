@@ -510,3 +510,40 @@ def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(s
     assert status["hook"]["compile_guard"] is False
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert snapshot(site) == before
+
+
+# A FIFO where status reads the probe's answer or its stderr hung status forever (issue 42, item 6).
+# What the probed process does at exit (``a``: the answer's path).
+FIFOS = {
+    "answer": "os.unlink(a); os.mkfifo(a)",
+    "answer, exit 3": "os.unlink(a); os.mkfifo(a); os._exit(3)",
+    "stderr, no answer": "os.unlink(a); e = os.path.join(os.path.dirname(a), 'stderr'); os.unlink(e); "
+    "os.mkfifo(e); os._exit(3)",
+    "answer links to a FIFO": "os.mkfifo(a + '.fifo'); os.unlink(a); os.symlink(a + '.fifo', a)",
+}
+
+
+@pytest.mark.parametrize("fifo", sorted(FIFOS))
+def test_a_fifo_left_by_the_probed_process_is_refused_not_waited_on(
+    tmp_path: Path, patches, fifo, monkeypatch
+):
+    import tempfile
+    import threading
+
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_fifo.py").write_text(
+        f"import os, sys\ndef at_exit():\n    if sys.argv[0] == '-c' and len(sys.argv) > 1:\n"
+        f"        a = sys.argv[1]; {FIFOS[fifo]}\n"
+    )
+    (site / "zz_fifo.pth").write_text("import atexit, zz_fifo; atexit.register(zz_fifo.at_exit)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    found: dict = {}
+    worker = threading.Thread(target=lambda: found.update(files.probe(str(python), timeout=60)), daemon=True)
+    worker.start()
+    worker.join(90)
+    assert not worker.is_alive(), "status waits on a FIFO"
+    assert found["ran"] is False, found
+    assert list(scratch.iterdir()) == []  # its temporary directory is gone
