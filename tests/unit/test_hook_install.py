@@ -547,3 +547,38 @@ def test_a_fifo_left_by_the_probed_process_is_refused_not_waited_on(
     assert not worker.is_alive(), "status waits on a FIFO"
     assert found["ran"] is False, found
     assert list(scratch.iterdir()) == []  # its temporary directory is gone
+
+
+# What an environment may print on stdout at exit, in every process (a .pth's atexit handler), and
+# what --json's stdout must still be: the document alone (issue 42, item 11).
+EXIT_NOISE = {
+    "print": "atexit.register(print, 'noise at exit')",
+    "no newline": "atexit.register(lambda: sys.stdout.write('{\"noise\": 1}'))",
+    "fd 1": "atexit.register(lambda: os.write(1, b'raw noise\\n'))",
+    "__stdout__": "atexit.register(lambda: print('x' * 100000, file=sys.__stdout__))",
+}
+
+
+@pytest.mark.parametrize("noise", sorted(EXIT_NOISE))
+def test_json_stdout_holds_the_document_alone_whatever_prints_at_exit(tmp_path: Path, patches, noise):
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_noise.pth").write_text(f"import atexit, os, sys; {EXIT_NOISE[noise]}\n")
+    for args in (["status", "--target", str(site)], ["status", "--target", str(tmp_path / "nowhere")]):
+        result = subprocess.run(
+            [str(python), "-m", "ascend_env", *args, "--json", "--patches-dir", str(patches)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "noise" not in result.stdout and "xxxx" not in result.stdout, result.stdout[-300:]
+        document = json.loads(result.stdout)  # one JSON document, nothing after it
+        assert isinstance(document, dict) and "ok" in document
+    # without --json, stdout is the program's: the noise stays where the environment put it
+    text = subprocess.run(
+        [str(python), "-m", "ascend_env", "status", "--target", str(site), "--patches-dir", str(patches)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "noise" in text.stdout or "xxxx" in text.stdout
