@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
 
-__all__ = ["find_and_wrap", "notify"]
+__all__ = ["find_and_wrap", "imported_past", "notify"]
 
 
 def find_and_wrap(
@@ -56,6 +56,26 @@ def find_and_wrap(
     state.specs = handed_out
     wrap_loader(spec, lambda module: _executed(state, fullname, handed_out))
     return spec
+
+
+def imported_past(state: SimpleNamespace, fullname: str) -> None:
+    """``fullname`` is in ``sys.modules`` from a spec the hook never handed out (a finder ahead of
+    the hook's: typeguard's import hook, pytest's assertion rewriter; or a legacy ``find_module``
+    finder): once it has executed, stop watching, say by which loader in the event, and notify.
+    While it is still executing (its own imports come here), wait for a later import."""
+    module = sys.modules.get(fullname)
+    if module is None:
+        return
+    spec = getattr(module, "__spec__", None)
+    # Still executing: the import system sets __spec__ (for a legacy loader, after load_module)
+    # and clears _initializing once the module has run.
+    if spec is None or getattr(spec, "_initializing", False):
+        return
+    if state.finder in sys.meta_path:
+        sys.meta_path.remove(state.finder)
+    loader = getattr(spec, "loader", None) or getattr(module, "__loader__", None)
+    by = "no loader" if loader is None else f"{type(loader).__module__}.{type(loader).__qualname__}"
+    notify(state, fullname, f"imported past the hook by {by} (not wrapped: heard at a later import)")
 
 
 def _executed(state: SimpleNamespace, fullname: str, handed_out: int) -> None:

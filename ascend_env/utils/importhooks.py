@@ -35,15 +35,33 @@ __all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "wrap_loader"]
 def find_spec_after(
     finder: object, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
 ) -> Optional[ModuleSpec]:
-    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``."""
+    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``, asked as the
+    import system asks them: ``find_spec``, else (Python < 3.12) a legacy ``find_module``."""
     for other in list(sys.meta_path):
-        method = getattr(other, "find_spec", None)
-        if other is finder or method is None:
+        if other is finder:
             continue
-        spec: Optional[ModuleSpec] = method(fullname, path, target)
+        method = getattr(other, "find_spec", None)
+        if method is None:
+            spec = _legacy_spec(other, fullname, path)
+        else:
+            spec = method(fullname, path, target)
         if spec is not None:
             return spec
     return None
+
+
+def _legacy_spec(finder: object, fullname: str, path: Optional[Sequence[str]]) -> Optional[ModuleSpec]:
+    """The spec the import system makes of a legacy finder's ``find_module`` (Python < 3.12 asks
+    it; later releases do not, and neither does this)."""
+    find_module = getattr(finder, "find_module", None)
+    if find_module is None or sys.version_info >= (3, 12):
+        return None
+    loader = find_module(fullname, path)
+    if loader is None:
+        return None
+    from importlib.util import spec_from_loader
+
+    return spec_from_loader(fullname, loader)
 
 
 def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:

@@ -424,3 +424,110 @@ def test_torch_npu_imported_before_the_hook_started_is_said_so(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
     assert state["events"] == ["torch_npu: imported before the hook started"] and state["finder"] is False
+
+
+# torch_npu supplied by a finder the hook never hears from (issue 42, item 3): one put ahead of
+# the hook after it started, as typeguard's install_import_hook() and pytest's assertion rewriter
+# do, or a legacy find_module() finder. The hook notices torch_npu in sys.modules at the next
+# import (or at runtime.status()), and says by which loader.
+AHEAD_FINDERS = {
+    # typeguard: PathFinder's spec, its loader replaced by a SourceFileLoader subclass
+    "typeguard-like": """
+import importlib.machinery, sys
+class TypeguardLoader(importlib.machinery.SourceFileLoader):
+    pass
+class TypeguardFinder:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split('.')[0] != 'torch_npu':
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None:
+            spec.loader = TypeguardLoader(spec.loader.name, spec.loader.path)
+        return spec
+sys.meta_path.insert(0, TypeguardFinder())
+""",
+    # pytest's AssertionRewritingHook: the finder is the loader (create_module/exec_module)
+    "rewriter-like": """
+import importlib.machinery, importlib.util, sys
+class AssertionRewritingHook:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != 'torch_npu':
+            return None
+        found = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if found is None:
+            return None
+        self.origin = found.origin
+        return importlib.util.spec_from_file_location(fullname, found.origin, loader=self,
+                                                      submodule_search_locations=found.submodule_search_locations)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(open(self.origin).read(), self.origin, 'exec'), module.__dict__)
+sys.meta_path.insert(0, AssertionRewritingHook())
+""",
+}
+LEGACY_ONLY = """
+import importlib.machinery, sys, types
+class OldLoader:
+    def load_module(self, fullname):
+        module = sys.modules.setdefault(fullname, types.ModuleType(fullname))
+        module.__loader__ = self
+        exec("LOADED = True\\nimport json\\n", module.__dict__)
+        return module
+class OldFinder:  # find_module only: Python < 3.12 asks it
+    def find_module(self, fullname, path=None):
+        return OldLoader() if fullname == 'torch_npu' else None
+sys.meta_path.{where}
+"""
+
+
+@pytest.mark.parametrize("finder", sorted(AHEAD_FINDERS))
+@pytest.mark.parametrize("then", ["a later import", "runtime.status()"])
+def test_torch_npu_from_a_finder_ahead_of_the_hook_is_noticed(tmp_path: Path, finder, then):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "sub.py").write_text("X = 1\n")
+    (pkgs / "torch_npu" / "__init__.py").write_text("LOADED = True\nfrom torch_npu import sub\n")
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n" + AHEAD_FINDERS[finder] + "import torch_npu\n"
+    if then == "a later import":
+        code += "import json\n"
+    else:
+        code += "from ascend_env.hook import runtime\nrecord = runtime.status()\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    (event,) = state["events"]
+    loader = "TypeguardLoader" if finder == "typeguard-like" else "AssertionRewritingHook"
+    assert event.startswith("torch_npu: imported past the hook by ") and loader in event, event
+    assert state["finder"] is False  # it stopped waiting
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 no longer asks find_module()")
+@pytest.mark.parametrize("where", ["insert(0, OldFinder())", "append(OldFinder())"])
+def test_torch_npu_from_a_legacy_find_module_finder_is_heard(tmp_path: Path, where):
+    write_hook(tmp_path)
+    code = LEGACY_ONLY.replace("{where}", where)
+    code += "import warnings\nwarnings.simplefilter('ignore', ImportWarning)\nimport torch_npu\n"
+    code += "assert torch_npu.LOADED\nimport base64\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    (event,) = state["events"]
+    if where.startswith("append"):  # after the hook: asked by it, so its loader is wrapped
+        assert event == "torch_npu: import"
+    else:
+        assert event.startswith("torch_npu: imported past the hook by ") and "OldLoader" in event
+    assert state["finder"] is False
+
+
+def test_torch_npu_still_executing_is_not_noticed_before_it_ran(tmp_path: Path):
+    # Its own imports reach the hook while it executes: the hook hears of it only once it has run.
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(
+        "import sys\nimport json\nb = sys.modules['ascend_env_hook']\nEARLY = list(b.STATE.events)\n"
+    )
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n" + AHEAD_FINDERS["typeguard-like"]
+    code += "import torch_npu\nimport base64\nprint(torch_npu.EARLY)\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    early, report = result.stdout.splitlines()
+    assert early == "[]" and len(json.loads(report)["events"]) == 1
