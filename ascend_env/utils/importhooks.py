@@ -65,25 +65,46 @@ def _legacy_spec(finder: object, fullname: str, path: Optional[Sequence[str]]) -
 
 
 def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:
-    """Make ``spec``'s loader call ``done(module)`` once it has executed the module."""
+    """Make ``spec``'s loader call ``done(module)`` once it has executed the module; the module
+    (its ``__loader__`` and ``__spec__.loader``) then has the original loader back."""
     # A loader with only the legacy load_module() (some packagers' finders): the import system
     # calls load_module where a loader has no exec_module, so its wrapper must have none either.
     legacy = getattr(spec.loader, "exec_module", None) is None
     # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
+    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done, spec)
     spec.loader = wrapper  # type: ignore[assignment]
 
 
-class NotifyingLoader:
-    """``loader``, calling ``done(module)`` once it has executed the module; anything else it is
-    asked, the wrapped loader answers."""
+class _Wrapper:
+    """What both wrappers share: the original loader answers what they do not, and a copy, a deep
+    copy or a pickle of one (a probe's spec) is the original loader."""
 
-    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
+    def __init__(
+        self, loader: Any, done: Callable[[ModuleType], None], spec: Optional[ModuleSpec] = None
+    ) -> None:
         self._loader = loader
         self._done = done
+        self._spec = spec
 
     def __getattr__(self, name: str) -> Any:
+        # Never for the wrapper's own fields: a copy made without __init__ has none (and would
+        # ask itself for ever).
+        if name in ("_loader", "_done", "_spec"):
+            raise AttributeError(name)
         return getattr(self._loader, name)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Rebuilt as the original loader: itemgetter(0)([loader]) (standard library only, so that
+        # a pickle of it loads where ascend_env is not).
+        from operator import itemgetter
+
+        return itemgetter(0), ([self._loader],)
+
+
+class NotifyingLoader(_Wrapper):
+    """``loader``, calling ``done(module)`` once it has executed the module, and then giving the
+    module and its spec the original loader back (``pkg_resources`` picks its provider by the
+    loader's type); anything else it is asked, the wrapped loader answers."""
 
     def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         create = getattr(self._loader, "create_module", None)
@@ -91,27 +112,38 @@ class NotifyingLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        _give_back(self, module)
         self._done(module)
 
 
-class _LegacyNotifyingLoader:
+class _LegacyNotifyingLoader(_Wrapper):
     """A ``load_module()``-only ``loader``, calling ``done(module)`` once it has loaded the module.
     It has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
     anything else it is asked, the wrapped loader answers."""
 
-    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
-        self._loader = loader
-        self._done = done
-
     def __getattr__(self, name: str) -> Any:
         if name in ("exec_module", "create_module"):
             raise AttributeError(name)
-        return getattr(self._loader, name)
+        return super().__getattr__(name)
 
     def load_module(self, fullname: str) -> ModuleType:
         module: ModuleType = self._loader.load_module(fullname)
+        _give_back(self, module)
         self._done(module)
         return module
+
+
+def _give_back(wrapper: _Wrapper, module: ModuleType) -> None:
+    """The module has executed: where its loader is ``wrapper``, the original again."""
+    original = wrapper._loader
+    for holder in (wrapper._spec, getattr(module, "__spec__", None)):
+        if holder is not None and getattr(holder, "loader", None) is wrapper:
+            holder.loader = original
+    if getattr(module, "__loader__", None) is wrapper:
+        try:
+            module.__loader__ = original
+        except AttributeError:
+            pass
 
 
 class ImportWatcher:

@@ -531,3 +531,65 @@ def test_torch_npu_still_executing_is_not_noticed_before_it_ran(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     early, report = result.stdout.splitlines()
     assert early == "[]" and len(json.loads(report)["events"]) == 1
+
+
+def _pkg_resources_path() -> Optional[str]:
+    """Where pkg_resources can be imported from (this environment, or the base interpreter's)."""
+    import glob
+    import importlib.util
+
+    found = importlib.util.find_spec("pkg_resources")
+    if found is not None and found.origin:
+        return str(Path(found.origin).parent.parent)
+    for candidate in glob.glob(f"{sys.base_prefix}/lib/python3*/site-packages/pkg_resources"):
+        return str(Path(candidate).parent)
+    return None
+
+
+# The hook's loader wrapper was observable (issue 42, item 9): copy and deepcopy recursed, pickle
+# failed, pkg_resources had no provider for it. A probe's spec (still wrapped) and the imported
+# module (its loader given back) must both behave as without the hook.
+TRANSPARENT = """
+import copy, importlib.machinery, importlib.util, pickle
+probe = importlib.util.find_spec('torch_npu')
+assert type(probe.loader).__name__ == 'NotifyingLoader'  # wrapped while it waits
+for thing in (probe.loader, probe):
+    copy.copy(thing); copy.deepcopy(thing)
+assert type(pickle.loads(pickle.dumps(probe.loader))) is importlib.machinery.SourceFileLoader
+assert copy.copy(probe.loader).get_filename('torch_npu') == probe.origin
+import torch_npu
+for loader in (torch_npu.__loader__, torch_npu.__spec__.loader):
+    assert type(loader) is importlib.machinery.SourceFileLoader, loader  # given back
+copy.deepcopy(torch_npu.__spec__); pickle.dumps(torch_npu.__spec__.loader)
+if PKG_RESOURCES:
+    sys.path.append(PKG_RESOURCES)
+    import warnings
+    warnings.simplefilter('ignore')
+    import pkg_resources
+    assert pkg_resources.resource_exists('torch_npu', '__init__.py')
+    assert '__init__.py' in pkg_resources.resource_listdir('torch_npu', '')
+    assert not pkg_resources.resource_isdir('torch_npu', '__init__.py')
+    print('pkg_resources checked')
+"""
+
+
+def test_the_loader_wrapper_is_transparent_and_given_back(tmp_path: Path):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    where = _pkg_resources_path()
+    code = f"sys.path.insert(0, {str(pkgs)!r})\nPKG_RESOURCES = {where!r}\n" + TRANSPARENT + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["events"] == ["torch_npu: import after 1 probe"]
+    assert ("pkg_resources checked" in result.stdout) == (where is not None)
+
+
+def test_a_legacy_loader_is_given_back_too(tmp_path: Path):
+    write_hook(tmp_path)
+    code = LEGACY_FINDER + "import warnings\nwarnings.simplefilter('ignore', ImportWarning)\n"
+    code += "import copy, pickle\nimport torch_npu\n"
+    code += "assert type(torch_npu.__spec__.loader).__name__ == 'LegacyLoader', torch_npu.__spec__.loader\n"
+    code += (
+        "assert type(torch_npu.__loader__).__name__ == 'LegacyLoader'\ncopy.deepcopy(torch_npu.__spec__)\n"
+    )
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
