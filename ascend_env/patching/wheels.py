@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import re
 import zipfile
 import zlib
@@ -276,6 +277,9 @@ def _write_wheel(path: Path, write: Callable[[zipfile.ZipFile], None]) -> None:
         with atomic.replacing(path, suffix=".whl") as temporary:
             with zipfile.ZipFile(temporary, "w") as out:
                 write(out)
+            # A file made to be shared (an index, an image), as pip and build write wheels: 0666
+            # less the umask, not the temporary file's 0600.
+            os.chmod(temporary, 0o666 & ~_umask())
     except BaseException:
         for directory in made:  # deepest first
             try:
@@ -408,3 +412,10 @@ def _copy_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     new.external_attr = info.external_attr
     new.create_system = info.create_system
     return new
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, and at once setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

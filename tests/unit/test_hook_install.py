@@ -582,3 +582,22 @@ def test_json_stdout_holds_the_document_alone_whatever_prints_at_exit(tmp_path: 
         timeout=120,
     )
     assert "noise" in text.stdout or "xxxx" in text.stdout
+
+
+def test_a_drifted_status_says_why_not_drifted_twice(site, patches):
+    # "status: drifted: drifted" (issue 42, item 12): the verdict's cause is words, not the status.
+    assert (
+        run_cli(
+            "install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+        ).returncode
+        == 0
+    )
+    pip_reinstall_ascend_env(site, "0.2.0")
+    status = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
+    last = status.stdout.splitlines()[-1]
+    assert status.returncode == 1 and last.startswith("status: drifted: "), status.stdout
+    assert last != "status: drifted: drifted" and "changed since" in last
+    for line in status.stdout.splitlines():
+        _, _, cause = line.partition(": ")
+        verdict, _, why = cause.partition(": ")
+        assert not (line.startswith("status: ") and why == verdict), line

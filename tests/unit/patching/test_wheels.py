@@ -8,6 +8,8 @@ import difflib
 import hashlib
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -505,3 +507,15 @@ def test_an_encrypted_member_or_a_bad_utf8_name_is_refused(
     if "UTF-8" in case:
         assert "a member's name is marked UTF-8 but is not" in problem
     assert not out.exists()
+
+
+# The patched wheel was 0600 whatever the umask (issue 42, item 12): it is made to be shared.
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_the_patched_wheel_has_the_mode_the_umask_gives(tmp_path, patches, original, umask):
+    before = os.umask(umask)
+    try:
+        result = patch_wheel(original, tmp_path / "out", directory=patches)
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o666 & ~umask
+    assert os.umask(before) == before  # the umask is as it was
