@@ -34,9 +34,10 @@ COMPILE_GUARD = True
 #: (:func:`main` ran), ``disabled`` (with the kill switch set), ``finder`` (what it put on
 #: ``sys.meta_path``), ``events`` (how each backend reached the hook, in order, e.g.
 #: ``"torch_npu: import after 1 probe"``: a probe is a spec the hook handed out that did not
-#: import it, a ``find_spec`` call or a failed import), ``errors`` (``"Type: message"`` of every swallowed
-#: exception), ``searching`` (the threads asking the other finders, so this one does not answer
-#: them), ``specs`` (how many specs of torch_npu it handed out), ``heard`` (the backends
+#: import it, a ``find_spec`` call; a failed import is said apart), ``errors`` (``"Type:
+#: message"`` of every swallowed exception), ``searching`` (the threads asking the other
+#: finders, so this one does not answer them), ``specs`` (how many specs of torch_npu it handed
+#: out), ``failed`` (how many imports of it raised; set by ``_watch``), ``heard`` (the backends
 #: notified) and ``noticing`` (looking at a torch_npu imported past the hook). A
 #: ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
 # sys.implementation's class is types.SimpleNamespace at run time; typeshed gives it a class of

@@ -2,8 +2,9 @@
 
 :mod:`ascend_env.hook.boot` (installed as ``ascend_env_hook``) stays small because every process
 loads it. What it needs once ``torch_npu`` is looked for lives here: :func:`find_and_wrap` finds
-the module with the other finders and wraps the loader of the spec it hands out, so that
-:func:`notify` runs once the module has been executed. The hook's finder stays on
+the module with the other finders and watches the spec it hands out
+(:func:`ascend_env.utils.importhooks.wrap_loader`), so that :func:`notify` runs once the module
+has been executed. The hook's finder stays on
 ``sys.meta_path`` until then: ``importlib.util.find_spec("torch_npu")`` (transformers' and
 accelerate's availability checks) throws its spec away, and the import that follows asks again.
 :func:`notify` registers the fixes of :mod:`ascend_env.hook.runtime`, once per process. Both take
@@ -33,8 +34,9 @@ def find_and_wrap(
     path: Optional[Sequence[str]],
     target: Optional[ModuleType],
 ) -> Optional[ModuleSpec]:
-    """``fullname``'s spec from the finders after the hook's (``state.finder``), its loader wrapped
-    to call :func:`notify` once the module has executed; None while this thread is already asking."""
+    """``fullname``'s spec from the finders after the hook's (``state.finder``), watched to call
+    :func:`notify` once the module has executed (a failed import is counted apart from the
+    probes); None while this thread is already asking."""
     searching = state.searching
     me = _thread.get_ident()
     if searching is True or (isinstance(searching, set) and me in searching):
@@ -54,8 +56,14 @@ def find_and_wrap(
         return spec
     handed_out = getattr(state, "specs", 0) + 1
     state.specs = handed_out
-    wrap_loader(spec, lambda module: _executed(state, fullname, handed_out))
+    wrap_loader(spec, lambda module: _executed(state, fullname, handed_out), lambda: _failed(state))
     return spec
+
+
+def _failed(state: SimpleNamespace) -> None:
+    """An import of the module raised (its traceback holds no frame of the hook's): it was no
+    probe, and the next import is heard as usual."""
+    state.failed = getattr(state, "failed", 0) + 1
 
 
 def imported_past(state: SimpleNamespace, fullname: str) -> None:
@@ -82,8 +90,13 @@ def _executed(state: SimpleNamespace, fullname: str, handed_out: int) -> None:
     """``fullname`` ran from the ``handed_out``-th spec the hook gave: stop watching, notify."""
     if state.finder in sys.meta_path:
         sys.meta_path.remove(state.finder)
-    probes = handed_out - 1
-    how = "import" if probes == 0 else f"import after {probes} probe{'s' if probes > 1 else ''}"
+    failed = getattr(state, "failed", 0)
+    probes = handed_out - 1 - failed
+    how = "import"
+    if probes > 0:
+        how += f" after {probes} probe{'s' if probes > 1 else ''}"
+    if failed > 0:
+        how += f"{' and' if probes > 0 else ' after'} {failed} failed import{'s' if failed > 1 else ''}"
     notify(state, fullname, how)
 
 

@@ -1,11 +1,11 @@
 """Hear of a module once it has been imported, however the program finds it (stdlib only).
 
-A meta path finder that answers ``find_spec`` with the spec the other finders give, its loader
-wrapped to call back once the module has executed. A finder that steps aside after its first
+A meta path finder that answers ``find_spec`` with the spec the other finders give, watched
+(:func:`wrap_loader`) to call back once the module has executed. A finder that steps aside after its first
 answer misses the most common real path: ``importlib.util.find_spec(name)`` first (a probe, as
 transformers' ``is_torch_npu_available()`` and accelerate's ``is_npu_available()`` do), whose spec
 is thrown away, then ``import name``, which asks the finders again. So the finder here stays on
-``sys.meta_path``, wrapping the loader of every spec it hands out, until the module has run.
+``sys.meta_path``, watching every spec it hands out, until the module has run.
 
 Used by the startup hook (:mod:`ascend_env.hook.watch`, for ``torch_npu``), the audit's start-up
 (for ``torch``) and the dispatch-path model (for transformers' generation modules).
@@ -64,15 +64,68 @@ def _legacy_spec(finder: object, fullname: str, path: Optional[Sequence[str]]) -
     return spec_from_loader(fullname, loader)
 
 
-def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:
-    """Make ``spec``'s loader call ``done(module)`` once it has executed the module; the module
-    (its ``__loader__`` and ``__spec__.loader``) then has the original loader back."""
-    # A loader with only the legacy load_module() (some packagers' finders): the import system
-    # calls load_module where a loader has no exec_module, so its wrapper must have none either.
-    legacy = getattr(spec.loader, "exec_module", None) is None
-    # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done, spec)
-    spec.loader = wrapper  # type: ignore[assignment]
+def wrap_loader(
+    spec: ModuleSpec, done: Callable[[ModuleType], None], failed: Optional[Callable[[], None]] = None
+) -> None:
+    """Call ``done(module)`` once the module of ``spec`` has executed (``failed()`` if its
+    execution raised).
+
+    The loader stays as it is: ``spec`` becomes a :class:`_WatchedSpec` (a ``ModuleSpec`` again
+    once told), which hears of the end of the module's execution from the import system itself,
+    so a failing import's traceback holds no frame of ours and the module keeps its own loader. A
+    loader with only the legacy ``load_module()`` (which the import system calls without that
+    flag) is wrapped instead (:class:`NotifyingLoader`'s legacy twin); its module gets the
+    original loader back."""
+    if getattr(spec.loader, "exec_module", None) is None:
+        wrapper = _LegacyNotifyingLoader(spec.loader, done, spec, failed)
+        spec.loader = wrapper  # type: ignore[assignment]
+        return
+    if type(spec) is _ModuleSpec:  # a subclass of someone else's stays theirs: wrap its loader
+        spec.__dict__[_WATCH] = (done, failed)
+        spec.__class__ = _WatchedSpec
+    else:
+        spec.loader = NotifyingLoader(spec.loader, done, spec, failed)  # type: ignore[assignment]
+
+
+# The spec class of the import system (importlib.machinery.ModuleSpec, which this start-up does not
+# import), and where a watched spec keeps its callbacks.
+_ModuleSpec: Any = type(sys.__spec__)
+_WATCH = "_ascend_env_watch"
+
+
+class _WatchedSpec(_ModuleSpec):  # type: ignore[misc]
+    """A spec that calls back once its module has executed: the import system sets
+    ``spec._initializing`` before it executes the module and clears it after, the module in
+    ``sys.modules`` only if it ran (``importlib._bootstrap._load_unlocked``, Python 3.8 to 3.13).
+    Told, it is a plain ``ModuleSpec`` again; copied, deep-copied or pickled (a probe's spec), it
+    is one."""
+
+    @property
+    def _initializing(self) -> bool:
+        return bool(self.__dict__.get("_initializing", False))
+
+    @_initializing.setter
+    def _initializing(self, value: bool) -> None:
+        self.__dict__["_initializing"] = value
+        if value:
+            return
+        watch = self.__dict__.pop(_WATCH, None)
+        self.__class__ = _ModuleSpec
+        if watch is None:
+            return
+        done, failed = watch
+        module = sys.modules.get(self.name)
+        if module is not None:
+            done(module)
+        elif failed is not None:
+            failed()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        from operator import itemgetter
+
+        plain = _ModuleSpec.__new__(_ModuleSpec)
+        plain.__dict__.update((k, v) for k, v in self.__dict__.items() if k != _WATCH)
+        return itemgetter(0), ([plain],)
 
 
 class _Wrapper:
@@ -80,16 +133,21 @@ class _Wrapper:
     copy or a pickle of one (a probe's spec) is the original loader."""
 
     def __init__(
-        self, loader: Any, done: Callable[[ModuleType], None], spec: Optional[ModuleSpec] = None
+        self,
+        loader: Any,
+        done: Callable[[ModuleType], None],
+        spec: Optional[ModuleSpec] = None,
+        failed: Optional[Callable[[], None]] = None,
     ) -> None:
         self._loader = loader
         self._done = done
         self._spec = spec
+        self._failed = failed
 
     def __getattr__(self, name: str) -> Any:
         # Never for the wrapper's own fields: a copy made without __init__ has none (and would
         # ask itself for ever).
-        if name in ("_loader", "_done", "_spec"):
+        if name in ("_loader", "_done", "_spec", "_failed"):
             raise AttributeError(name)
         return getattr(self._loader, name)
 
@@ -104,14 +162,20 @@ class _Wrapper:
 class NotifyingLoader(_Wrapper):
     """``loader``, calling ``done(module)`` once it has executed the module, and then giving the
     module and its spec the original loader back (``pkg_resources`` picks its provider by the
-    loader's type); anything else it is asked, the wrapped loader answers."""
+    loader's type); anything else it is asked, the wrapped loader answers. Only for a spec of a
+    class of its own (:func:`wrap_loader` watches a plain ``ModuleSpec`` instead)."""
 
     def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         create = getattr(self._loader, "create_module", None)
         return None if create is None else create(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)
+        except BaseException:
+            if self._failed is not None:
+                self._failed()
+            raise
         _give_back(self, module)
         self._done(module)
 
@@ -127,7 +191,12 @@ class _LegacyNotifyingLoader(_Wrapper):
         return super().__getattr__(name)
 
     def load_module(self, fullname: str) -> ModuleType:
-        module: ModuleType = self._loader.load_module(fullname)
+        try:
+            module: ModuleType = self._loader.load_module(fullname)
+        except BaseException:
+            if self._failed is not None:
+                self._failed()
+            raise
         _give_back(self, module)
         self._done(module)
         return module

@@ -411,8 +411,8 @@ def test_a_failed_import_then_a_good_one_is_heard_once(tmp_path: Path):
     result = run_python(tmp_path, code, FAIL_ONCE="1")
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
-    # The failed import's lookup counts as a probe: a spec handed out that did not import it.
-    assert state["events"] == ["torch_npu: import after 1 probe"] and state["finder"] is False
+    # A failed import is no probe (issue 42, item 12): it is said as what it was.
+    assert state["events"] == ["torch_npu: import after 1 failed import"] and state["finder"] is False
 
 
 def test_torch_npu_imported_before_the_hook_started_is_said_so(tmp_path: Path):
@@ -552,7 +552,8 @@ def _pkg_resources_path() -> Optional[str]:
 TRANSPARENT = """
 import copy, importlib.machinery, importlib.util, pickle
 probe = importlib.util.find_spec('torch_npu')
-assert type(probe.loader).__name__ == 'NotifyingLoader'  # wrapped while it waits
+assert type(probe.loader) is importlib.machinery.SourceFileLoader  # never wrapped: the spec is watched
+assert isinstance(probe, importlib.machinery.ModuleSpec)
 for thing in (probe.loader, probe):
     copy.copy(thing); copy.deepcopy(thing)
 assert type(pickle.loads(pickle.dumps(probe.loader))) is importlib.machinery.SourceFileLoader
@@ -593,3 +594,28 @@ def test_a_legacy_loader_is_given_back_too(tmp_path: Path):
     )
     result = run_python(tmp_path, code + REPORT)
     assert result.returncode == 0, result.stderr
+
+
+# A failing import of torch_npu: its traceback gained a frame of ascend-env's import hook
+# (issue 42, item 12). Raised at its top level, in a submodule, and as a non-ImportError.
+FAILING = {
+    "ImportError": "raise ImportError('libhccl.so: cannot open shared object file')\n",
+    "in a submodule": "from torch_npu import broken\n",
+    "RuntimeError": "raise RuntimeError('no NPU')\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FAILING))
+def test_a_failing_import_has_no_frame_of_the_hook(tmp_path: Path, how):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(FAILING[how])
+    (pkgs / "torch_npu" / "broken.py").write_text("raise ImportError('broken submodule')\n")
+    code = (
+        f"sys.path.insert(0, {str(pkgs)!r})\nimport importlib.util\nimportlib.util.find_spec('torch_npu')\n"
+    )
+    code += "import torch_npu\n"
+    result = run_python(tmp_path, code)
+    assert result.returncode == 1
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith("File ")]
+    assert not any("ascend_env" in frame or "ascend_env_hook" in frame for frame in frames), result.stderr
+    assert any("torch_npu" in frame for frame in frames)
