@@ -18,8 +18,10 @@ plus :mod:`ascend_env.utils.importhooks`. It
 
 The audit passes its choices in the environment (:data:`REPORTS` here, the table's in
 :mod:`ascend_env.sim.startup`). Each process's report (an ``ascend_env.sim.reports.ProcessReport``),
-``<pid>-<random>.json`` in ``$ASCEND_ENV_AUDIT_REPORTS`` (a pid alone is not unique: ``exec``
-keeps it), holds its fallback counts, whether torch ran the simulator there (``torch``), how it
+``<pid>-<start>-<generation>-<random>.json`` in ``$ASCEND_ENV_AUDIT_REPORTS`` (its process
+image: ``exec`` keeps the pid, so the image before an exec tells the next its generation in
+:data:`EXEC`, and leaves an exec marker ``<image>-<random>.exec`` naming the program it runs),
+holds its fallback counts, whether torch ran the simulator there (``torch``), how it
 reached torch_npu, and, once it ends, how (``"end"``). It is written at start, again whenever the
 counts changed (a thread looks every ``POLL_SECONDS`` in processes that run the simulator or were
 forked, so a SIGKILL or a crash loses at most that much), and last at the end: at interpreter
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     Extra = Callable[[], LastFacts]
 
 __all__ = [
+    "EXEC",
     "POLL_SECONDS",
     "REPORTS",
     "Reporter",
@@ -70,6 +73,11 @@ __all__ = [
 
 #: Where each audited process writes its report: the audit's report directory.
 REPORTS = "ASCEND_ENV_AUDIT_REPORTS"
+
+#: The exec generation of a process image (``<pid>-<start>-<generation>``): set for the program
+#: that an audited image ``exec``s, which keeps its pid (read as
+#: ``ascend_env.utils.proctree.exec_generation`` reads it).
+EXEC = "ASCEND_ENV_AUDIT_EXEC"
 
 #: How often a running process looks at its counts and rewrites its report if they changed.
 POLL_SECONDS = 0.1
@@ -100,7 +108,11 @@ class Reporter:
         self.origin = origin  # "start": a new interpreter; "fork": a forked child
         self.baseline = dict(baseline or {})
         self.pid = os.getpid()
-        self.path = os.path.join(self.directory, f"{self.pid}-{os.urandom(4).hex()}.json")
+        # A report names its process image: pid, start time and exec generation (exec keeps the pid).
+        self.start = _start_time()
+        self.generation = _generation(os.environ.get(EXEC), self.pid, self.start)
+        self.image = f"{self.pid}-{self.start}-{self.generation}"
+        self.path = os.path.join(self.directory, f"{self.image}-{os.urandom(4).hex()}.json")
         self.lock = _thread.RLock()
         self.written: Optional[Dict[str, int]] = None
         self.ended: Optional[ProcessEnd] = None
@@ -132,6 +144,8 @@ class Reporter:
                 return
             data: ProcessReport = {
                 "pid": self.pid,
+                "start": self.start,
+                "generation": self.generation,
                 "ppid": os.getppid(),
                 "argv": list(sys.argv),
                 "rank": os.environ.get("RANK"),
@@ -180,6 +194,25 @@ class Reporter:
         while self.ended is None and os.getpid() == self.pid:
             time.sleep(POLL_SECONDS)
             self.write(force=self.written is None)
+
+
+def _start_time() -> int:
+    """When this process started, in clock ticks since boot (``/proc/self/stat``); 0 if unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            data = handle.read()
+        return int(data[data.rfind(b")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _generation(value: Optional[str], pid: int, start: int) -> int:
+    """``ascend_env.utils.proctree.exec_generation`` (whose imports a start-up cannot afford)."""
+    words = (value or "").split("-")
+    if len(words) == 3 and all(word.isdigit() for word in words):
+        if int(words[0]) == pid and int(words[1]) == start:
+            return int(words[2])
+    return 0
 
 
 def _torch_npu_kind() -> Optional[str]:
@@ -297,19 +330,82 @@ def _exit(status: int) -> None:
 
 
 def _execv(path: Any, argv: Any) -> None:
-    """``os.execv``, after the last report."""
+    """``os.execv``, after the last report: the next image is told its exec generation."""
     reporter = current()
-    if reporter is not None:
-        reporter.finish({"how": "exec"})
-    _real_execv(path, argv)
+    if reporter is None:
+        _real_execv(path, argv)
+        return
+    marker = _before_exec(reporter, path, argv)
+    before = os.environ.get(EXEC)
+    os.environ[EXEC] = _next_image(reporter)
+    try:
+        _real_execv(path, argv)
+    except BaseException:
+        if before is None:
+            os.environ.pop(EXEC, None)
+        else:
+            os.environ[EXEC] = before
+        _exec_failed(reporter, marker)
+        raise
 
 
 def _execve(path: Any, argv: Any, env: Any) -> None:
-    """``os.execve``, after the last report."""
+    """``os.execve``, after the last report: the next image is told its exec generation (where
+    its environment still names the audit's reports)."""
     reporter = current()
-    if reporter is not None:
-        reporter.finish({"how": "exec"})
-    _real_execve(path, argv, env)
+    if reporter is None:
+        _real_execve(path, argv, env)
+        return
+    marker = _before_exec(reporter, path, argv)
+    try:
+        _real_execve(path, argv, _with_next_image(reporter, env))
+    except BaseException:
+        _exec_failed(reporter, marker)
+        raise
+
+
+def _next_image(reporter: Reporter) -> str:
+    return f"{reporter.pid}-{reporter.start}-{reporter.generation + 1}"
+
+
+def _with_next_image(reporter: Reporter, env: Any) -> Any:
+    try:
+        changed = dict(env)
+        if REPORTS in changed:
+            changed[EXEC] = _next_image(reporter)
+        elif REPORTS.encode() in changed:
+            changed[EXEC.encode()] = _next_image(reporter).encode()
+        else:
+            return env
+        return changed
+    except Exception:  # noqa: BLE001 - exec as the program asked: the audit reads the new image
+        return env
+
+
+def _before_exec(reporter: Reporter, path: Any, argv: Any) -> Optional[str]:
+    """The last report, and the exec marker ``<image>-<random>.exec``: the program the next image
+    runs (the audit reads it if that image writes no report). Returns the marker's path."""
+    reporter.finish({"how": "exec"})
+    marker = os.path.join(reporter.directory, f"{reporter.image}-{os.urandom(4).hex()}.exec")
+    try:
+        program = os.path.abspath(os.fsdecode(path))
+        command = [os.fsdecode(arg) for arg in argv]
+        write_json(marker, {"pid": reporter.pid, "start": reporter.start, "path": program, "argv": command})
+    except Exception:  # noqa: BLE001 - a report must never break the audited program
+        return None
+    return marker
+
+
+def _exec_failed(reporter: Reporter, marker: Optional[str]) -> None:
+    """exec raised: this image goes on, and reports on."""
+    if marker is not None:
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass
+    with reporter.lock:
+        reporter.ended = None
+    reporter.write(force=True)
 
 
 def _before_fork() -> None:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ascend_env import __version__
 from ascend_env.exceptions import AscendEnvError, UsageError
-from ascend_env.output import write_json
+from ascend_env.output import seal_stdout_after_json, write_json
 from ascend_env.utils import progress
 
 __all__ = [
@@ -253,5 +253,7 @@ def _report_error(exc: AscendEnvError, as_json: bool) -> int:
 
 
 def entry_point(argv: Optional[List[str]] = None) -> None:
-    """The ``ascend-env`` console script."""
+    """The ``ascend-env`` console script (and ``python -m ascend_env``): ``--json``'s stdout holds
+    the document alone, whatever the environment prints at exit."""
+    seal_stdout_after_json()
     sys.exit(main(argv))

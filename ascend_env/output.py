@@ -3,10 +3,37 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Optional, TextIO
 
-__all__ = ["bold", "continued", "verdict_line", "write_json", "write_text"]
+__all__ = ["bold", "continued", "seal_stdout_after_json", "verdict_line", "write_json", "write_text"]
+
+# Whether stdout is closed to everything else once the --json document is on it (the CLI's own
+# process only: never under a test that calls main() in its own process).
+_seal = False
+
+
+def seal_stdout_after_json(on: bool = True) -> None:
+    """From now on, once :func:`write_json` has written the document to stdout, send whatever
+    else this process writes there (an ``atexit`` handler of a ``.pth`` or of torch_npu, a
+    library's last words) to ``/dev/null``: stdout holds the document alone."""
+    global _seal
+    _seal = on
+
+
+def _seal_stdout() -> None:
+    try:
+        sys.stdout.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):
+        return
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -24,10 +51,14 @@ def bold(text: str, stream: TextIO) -> str:
 
 
 def write_json(data: Any, stream: Optional[TextIO] = None) -> None:
-    """Write ``data`` as one JSON document with a trailing newline (to stdout by default)."""
+    """Write ``data`` as one JSON document with a trailing newline (to stdout by default); on
+    stdout, the last thing written there where :func:`seal_stdout_after_json` asked."""
+    to_stdout = stream is None or stream is sys.stdout
     stream = sys.stdout if stream is None else stream
     json.dump(data, stream, indent=2, sort_keys=False, default=str)
     stream.write("\n")
+    if to_stdout and _seal:
+        _seal_stdout()
 
 
 def write_text(text: str, stream: Optional[TextIO] = None) -> None:

@@ -23,7 +23,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import ascend_env.sim.paths
 from ascend_env import _audited, sim
@@ -93,7 +93,8 @@ def run(
                 _audited.REPORTS,
                 timeout,
                 stdout,
-                lambda: process_reports.reported_pids(scratch),
+                lambda: process_reports.reported_images(scratch),
+                _audited.EXEC,
             )
         except supervise.NotStarted as exc:
             raise UsageError(f"{exc}.", "check the command after '--'") from None
@@ -177,23 +178,56 @@ def _remove(directory: Path) -> None:
 
 
 def _unaudited(tree: proctree.Tree, reports: Path) -> List[Unaudited]:
-    """The Python processes of the tree that wrote no report, and why: the audit's
-    ``sitecustomize`` never ran in them. A process forked from a reporting one (same command
-    line) is not among them: it inherited the reporter, and a fork that execs at once writes none."""
-    reported = process_reports.reported_pids(reports)
+    """The Python process images of the tree that wrote no report, and why: the audit's
+    ``sitecustomize`` never ran in them. Reports name process images (pid, start time, exec
+    generation), so a Python that an audited process ``exec``s in its place is one of them unless
+    it reported too. A process forked from a reporting one (same command line) is not among them:
+    it inherited the reporter, and a fork that execs at once writes none."""
+    reported = process_reports.reported_images(reports)
     members = tree.members
     found: List[Unaudited] = []
+    seen = set()
     for member in members.values():
-        if not member.python or member.pid in reported:
-            continue
-        parent = members.get(member.ppid)
-        if parent is not None and parent.pid in reported and parent.argv == member.argv:
-            continue
-        found.append({"pid": member.pid, "argv": list(member.argv), "why": unaudited_reason(member)})
+        for index, image in enumerate(member.images):
+            key = (member.pid, member.start, image.generation)
+            seen.add(key)
+            # A report of a generation stands for the last program of that generation (a fork that
+            # subprocess execs has the generation of the fork before it).
+            last = all(later.generation != image.generation for later in member.images[index + 1 :])
+            if not image.python or (key in reported.reports and last):
+                continue
+            if index == 0 and _forked_from_reporter(members.get(member.ppid), image, reported):
+                continue
+            found.append({"pid": member.pid, "argv": list(image.argv), "why": unaudited_reason(image)})
+    for done in process_reports.read_execs(reports):
+        key = (done.pid, done.start, done.generation + 1)
+        if key in seen or key in reported.reports or not proctree.is_python(done.path, done.argv):
+            continue  # the tree saw what ran next, or it reported, or it is no Python
+        seen.add(key)
+        found.append({"pid": done.pid, "argv": done.argv, "why": _EXEC_WHY})
     return sorted(found, key=lambda u: u["pid"])
 
 
-def unaudited_reason(member: proctree.Member) -> str:
+# Why a Python that an audited process exec'd in its place, and that ended before the tree saw it,
+# wrote no report (its command line and environment were never read).
+_EXEC_WHY = (
+    "an audited process replaced itself (exec) by this Python, which wrote no report "
+    "(-I, -E or -S, or an environment without the audit's)"
+)
+
+
+def _forked_from_reporter(
+    parent: Optional[proctree.Member], image: proctree.Image, reported: proctree.Reported
+) -> bool:
+    if parent is None:
+        return False
+    return any(
+        (parent.pid, parent.start, seen.generation) in reported.reports and seen.argv == image.argv
+        for seen in parent.images
+    )
+
+
+def unaudited_reason(member: Union[proctree.Member, proctree.Image]) -> str:
     """Why a Python process wrote no report: the option or environment that kept the audit's
     ``sitecustomize`` from running, as far as its command line and environment tell."""
     flags = proctree.python_flags(member.argv)

@@ -19,6 +19,7 @@ from ascend_env.sim.reports import Counts, GuardRecord, ProcessReport, Span, Ste
 __all__ = [
     "FAIL_ON",
     "MACHINE_SOC_ENV",
+    "WITHOUT_PATHS",
     "AfterLastStep",
     "GuardSummary",
     "PathsSummary",
@@ -37,7 +38,9 @@ __all__ = [
     "summarize",
 ]
 
-FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit")
+FAIL_ON = ("fallbacks", "compiles", "syncs", "64bit", "stopped")
+#: The findings of FAIL_ON that need no dispatch-path model (``--paths``).
+WITHOUT_PATHS = ("fallbacks", "stopped")
 MACHINE_SOC_ENV = machine.SOC_VARIABLE  # the machine's SoC, as the guard reads it
 
 #: The SoC to simulate and where it came from (``--soc``, ``$ASCEND_ENV_SOC``, ``npu-smi info``

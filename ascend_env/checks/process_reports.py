@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, List, NamedTuple, Optional, Set, Tuple, cast
 
 from ascend_env.sim.reports import ProcessReport
-from ascend_env.utils import jsontext
+from ascend_env.utils import jsontext, proctree
 
-__all__ = ["MAX_REPORT_BYTES", "Reports", "collect", "read_reports", "reported_pids"]
+__all__ = ["MAX_REPORT_BYTES", "Exec", "Reports", "collect", "read_execs", "read_reports", "reported_images"]
 
 #: A report larger than this is not read (a process wrote over the report directory).
 MAX_REPORT_BYTES = 64 << 20
@@ -52,8 +52,8 @@ def collect(reports: Path) -> List[ProcessReport]:
 
 def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
+        # Only a regular file, never blocking: a process may leave a FIFO named like a report.
+        data = jsontext.read_regular(path, MAX_REPORT_BYTES + 1)
     except FileNotFoundError:  # replaced or removed as it was listed
         return None, None
     except OSError as exc:
@@ -68,6 +68,7 @@ def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
     return (problem, None) if problem else (None, cast(ProcessReport, value))
 
 
+_OPTIONAL_INT = ("start", "generation")
 _OPTIONAL_STR = ("rank", "origin", "table", "torch_npu", "error", "unaudited", "extra_error")
 _OPTIONAL_BOOL = ("torch", "npu_used", "autoload")
 
@@ -83,6 +84,9 @@ def _report_problem(value: Any) -> Optional[str]:
     argv = value.get("argv")
     if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
         return "has an argv that is not a list of strings"
+    for key in _OPTIONAL_INT:
+        if value.get(key) is not None and not (_is_int(value[key]) and value[key] >= 0):
+            return f"has a {key} that is not a count"
     for key in _OPTIONAL_STR:
         if value.get(key) is not None and not isinstance(value[key], str):
             return f"has a {key} that is not a string"
@@ -109,10 +113,63 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def reported_pids(reports: Path) -> Set[int]:
-    """The pids that wrote a report (from the file names: ``<pid>-<random>.json``)."""
+def _image(name: str) -> Optional[Tuple[int, int, int]]:
+    """(pid, start, generation) of a report's or exec marker's name,
+    ``<pid>-<start>-<generation>-<random>``."""
+    words = name.split("-")
+    if len(words) != 4 or not all(word.isdigit() for word in words[:3]):
+        return None
+    return int(words[0]), int(words[1]), int(words[2])
+
+
+def reported_images(reports: Path) -> proctree.Reported:
+    """The process images that wrote a report, and those that ran ``exec`` (from the file names:
+    ``<pid>-<start>-<generation>-<random>.json`` and ``.exec``)."""
     try:
         names = os.listdir(reports)
     except OSError:
-        return set()
-    return {int(name.split("-", 1)[0]) for name in names if name.split("-", 1)[0].isdigit()}
+        return proctree.Reported()
+    found: Set[Tuple[int, int, int]] = set()
+    execs: Set[Tuple[int, int, int]] = set()
+    for name in names:
+        stem, dot, kind = name.partition(".")
+        image = _image(stem) if dot else None
+        if image is not None and kind in ("json", "exec"):
+            (found if kind == "json" else execs).add(image)
+    return proctree.Reported(frozenset(found), frozenset(execs))
+
+
+class Exec(NamedTuple):
+    """A process image that ran ``exec``: the program and command line it gave."""
+
+    pid: int
+    start: int
+    generation: int
+    path: str
+    argv: List[str]
+
+
+def read_execs(reports: Path) -> List[Exec]:
+    """The exec markers in ``reports`` (``<pid>-<start>-<generation>-<random>.exec``) that read
+    well, read as the reports are; the others are left out (the tree's own look then tells)."""
+    found: List[Exec] = []
+    try:
+        names = sorted(os.listdir(reports))
+    except OSError:
+        return found
+    for name in names:
+        stem, _, kind = name.partition(".")
+        image = _image(stem)
+        if image is None or kind != "exec":
+            continue
+        try:
+            data = jsontext.read_regular(os.path.join(reports, name), MAX_REPORT_BYTES)
+            value = jsontext.loads(data.decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(value, dict):
+            continue
+        path, argv = value.get("path"), value.get("argv")
+        if isinstance(path, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            found.append(Exec(image[0], image[1], image[2], path, list(argv)))
+    return found

@@ -164,6 +164,14 @@ def _device_check(report: SmokeReport) -> Check:
             "check the NPU with npu-smi info, or run verify --device sim",
         )
     detail = f"this machine has an NPU ({evidence}), but torch_npu did not start: {error}"
+    if re.match(r"ModuleNotFoundError: No module named '?torch_npu'?$", error):
+        return Check.failed(
+            "device",
+            f"this machine has an NPU ({evidence}), but torch_npu is not installed in this Python, "
+            "so its NPU was not verified (the simulator would pass in the wrong environment)",
+            "install torch_npu here (the release for this machine's CANN and torch), or pass "
+            "--device sim to verify on the simulator on purpose",
+        )
     if ".so" in error or "libhccl" in error or "libascend" in error:
         return Check.failed(
             "device",

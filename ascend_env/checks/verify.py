@@ -16,12 +16,15 @@ reads it at each fallback, so the child drops it in place).
 
 Which device (``--device``): ``npu`` runs on ``npu:0`` or fails; ``sim`` (also ``--simulate``,
 ``--torch-npu``) on the simulator; ``auto`` (the default) on ``npu:0`` when torch_npu imports and a
-device answers. When torch_npu is installed but does not start, ``auto`` tells two machines apart:
-one with an NPU (``/dev/davinci<N>``, or ``npu-smi info`` lists one), where that is a failure that
-names the cause and the fix (CANN's ``set_env.sh`` not sourced, the everyday mistake), and one
-without (a Docker build step), where the smoke test runs again on the simulator, with
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` so that torch_npu cannot break ``import torch``, and the report
-says why. On the simulator the fd-2 line is cross-checked against the simulator's own counts.
+device answers. ``auto`` tells two machines apart: on one with an NPU (``/dev/davinci<N>``, or
+``npu-smi info`` lists one) it is ``npu``, so a torch_npu that is not installed or does not start is
+a failure that names the cause and the fix (CANN's ``set_env.sh`` not sourced, the everyday
+mistake; torch_npu missing from this environment: install it, or pass ``--device sim`` on
+purpose), never a pass on the simulator; on one without (a Docker build step), where torch_npu is
+missing the smoke test runs on the simulator, and where it is installed but does not start the
+smoke test runs again on the simulator, with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` so that
+torch_npu cannot break ``import torch``, and the report says why. On the simulator the fd-2 line
+is cross-checked against the simulator's own counts.
 
 The main smoke test reaches torch_npu through transformers' availability check (a ``find_spec``
 probe, then the import), as most programs do; two more processes reach it through ``import
@@ -50,7 +53,7 @@ from ascend_env.checks.verify_result import Smoke, VerifyResult
 from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
 from ascend_env.sim import paths, startup
-from ascend_env.utils import progress
+from ascend_env.utils import jsontext, progress
 from ascend_env.utils.pyflags import child_flags
 
 __all__ = [
@@ -117,8 +120,8 @@ def run_smoke(
         smoke.seconds = time.monotonic() - started
         smoke.returncode = done.returncode
         smoke.stderr = done.stderr.decode("utf-8", "replace")
-        if report.is_file():
-            smoke.report = json.loads(report.read_text(encoding="utf-8"))
+        if report.is_file():  # a regular file (not a FIFO the child left), read without blocking
+            smoke.report = json.loads(jsontext.read_regular(report).decode("utf-8"))
     _raise_environment_problem(options, smoke)
     return smoke
 
@@ -242,15 +245,22 @@ def _resolved(options: Options) -> Options:
 def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke], Optional[str]]:
     """Every smoke test process ``options`` call for, and why the simulator ran (None: it did not)."""
     device, reason = _chosen_device(options)
+    npu_machine: Optional[str] = None
+    if device == "auto":
+        has_npu, evidence = machine.has_npu()
+        if has_npu:
+            # On a machine with an NPU, auto is npu: torch_npu must start here, installed or not
+            # (the simulator would pass a CI step run in an environment without torch_npu).
+            device, npu_machine = "npu", evidence
     first = run_smoke(
         options, device, STEPS, child_environment(environ, simulate=device == "sim", fallback_disable=True)
     )
+    if npu_machine is not None and "device_error" in first.report:
+        first.report["npu_machine"] = npu_machine  # a failure that names the cause, never a simulated pass
+        first.report["cann"] = _cann_fix(environ)
+        return [first], None
     if device == "auto" and "device_error" in first.report:
         has_npu, evidence = machine.has_npu()
-        if has_npu:  # torch_npu cannot start on a machine with an NPU: a failure, never a simulated pass
-            first.report["npu_machine"] = evidence
-            first.report["cann"] = _cann_fix(environ)
-            return [first], None
         why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
         reason = f"torch_npu is installed but did not start ({why}), and this machine has no NPU ({evidence})"
         first = run_smoke(

@@ -50,8 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-on",
         metavar="FINDINGS",
-        help="comma-separated findings that fail the audit: fallbacks, compiles, syncs, 64bit "
-        "(default: fallbacks; compiles, syncs and 64bit turn on --paths)",
+        help="comma-separated findings that fail the audit: fallbacks, compiles, syncs, 64bit, stopped "
+        "(processes audit had to stop after the command ended) (default: fallbacks; compiles, syncs "
+        "and 64bit turn on --paths)",
     )
     parser.add_argument(
         "--report",
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     fail_on = paths_report.parse_fail_on(args.fail_on)
-    paths = bool(args.paths) or any(kind != "fallbacks" for kind in fail_on)
+    paths = bool(args.paths) or any(kind not in paths_report.WITHOUT_PATHS for kind in fail_on)
     releases = tables.releases_asked(args.torch_npu)
     json_on_stdout = bool(args.json) or args.report == "-"
     report_file = Path(args.report) if args.report not in (None, "-") else None

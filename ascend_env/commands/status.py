@@ -179,4 +179,15 @@ def _cause(state: states.State, hook_status: HookPart) -> str:
         return "transformers' files are patched and the startup hook is installed"
     if state.status == states.HOOK_ONLY:
         return "the startup hook is installed; transformers' files are not patched"
-    return state.detail or state.status
+    # Never the status again ("status: drifted: drifted"): where no detail says why, its words.
+    return state.detail or _WHY.get(state.status, "see the lines above")
+
+
+_WHY = {
+    "drifted": "files ascend-env wrote changed since it wrote them (the drift lines above)",
+    "not applied": "transformers' files are not patched",
+    states.APPLIED: "transformers' files are patched",
+    "partly applied": "some of transformers' files are patched and others not",
+    "conflict": "some of transformers' files are neither the released nor the patched text",
+    "interrupted": "an ascend-env run was interrupted",
+}

@@ -17,9 +17,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--device",
         choices=verify.DEVICES,
         default="auto",
-        help="npu: the real npu:0 or fail; sim: the simulated NPU; auto (default): npu:0 where torch_npu "
-        "starts, the simulator on a machine without an NPU (a torch_npu that cannot start on a machine "
-        "with one fails)",
+        help="npu: the real npu:0 or fail; sim: the simulated NPU; auto (default): npu:0 on a machine "
+        "with an NPU (a torch_npu that is missing or cannot start there fails), else the simulator",
     )
     parser.add_argument(
         "--simulate",

@@ -34,15 +34,24 @@ COMPILE_GUARD = True
 #: (:func:`main` ran), ``disabled`` (with the kill switch set), ``finder`` (what it put on
 #: ``sys.meta_path``), ``events`` (how each backend reached the hook, in order, e.g.
 #: ``"torch_npu: import after 1 probe"``: a probe is a spec the hook handed out that did not
-#: import it, a ``find_spec`` call or a failed import), ``errors`` (``"Type: message"`` of every swallowed
-#: exception), ``searching`` (the threads asking the other finders, so this one does not answer
-#: them), ``specs`` (how many specs of torch_npu it handed out) and ``heard`` (the backends
-#: notified). A ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import
-#: ``types``.
+#: import it, a ``find_spec`` call; a failed import is said apart), ``errors`` (``"Type:
+#: message"`` of every swallowed exception), ``searching`` (the threads asking the other
+#: finders, so this one does not answer them), ``specs`` (how many specs of torch_npu it handed
+#: out), ``failed`` (how many imports of it raised; set by ``_watch``), ``heard`` (the backends
+#: notified) and ``noticing`` (looking at a torch_npu imported past the hook). A
+#: ``types.SimpleNamespace``, taken from ``sys.implementation`` so as not to import ``types``.
 # sys.implementation's class is types.SimpleNamespace at run time; typeshed gives it a class of
 # its own, with sys.implementation's fields only.
 STATE = type(sys.implementation)(  # type: ignore[call-arg, assignment]
-    started=False, disabled=False, finder=None, events=[], errors=[], searching=set(), specs=0, heard=[]
+    started=False,
+    disabled=False,
+    finder=None,
+    events=[],
+    errors=[],
+    searching=set(),
+    specs=0,
+    heard=[],
+    noticing=False,
 )  # type: SimpleNamespace
 
 
@@ -51,9 +60,23 @@ def find_spec(fullname, path=None, target=None):
     """The meta path finder's one method: ``None`` for every name but :data:`WATCHED`.
 
     It stays on ``sys.meta_path`` until torch_npu has executed: a ``find_spec`` probe throws its
-    spec away, and the import that follows asks again.
+    spec away, and the import that follows asks again. A torch_npu that another finder supplied
+    (one ahead of this one, or a legacy ``find_module`` finder) is noticed in ``sys.modules`` at
+    the next import after it has executed.
     """
     if fullname != WATCHED:
+        if WATCHED in sys.modules and not STATE.noticing:  # imported past the hook
+            STATE.noticing = True  # the imports below come here too
+            try:
+                from ascend_env import _watch
+
+                _watch.imported_past(STATE, WATCHED)
+            except Exception as exc:  # an older ascend_env, or a broken one: step aside, silently
+                STATE.errors.append(f"{type(exc).__name__}: {exc}")
+                if STATE.finder in sys.meta_path:
+                    sys.meta_path.remove(STATE.finder)
+            finally:
+                STATE.noticing = False
         return None
     try:
         from ascend_env import _watch

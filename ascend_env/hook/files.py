@@ -12,6 +12,8 @@ together.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -208,10 +210,13 @@ def _answer(python: str, answer: Path, errors: Path, code: int) -> HookProbe:
     from ascend_env.utils import jsontext
 
     try:
-        with open(answer, "rb") as handle:
-            text = handle.read(ANSWER_LIMIT + 1)
+        # Only a regular file, never blocking: the process may leave a FIFO at the answer's path.
+        text = jsontext.read_regular(answer, ANSWER_LIMIT + 1)
     except FileNotFoundError:
         return {"ran": False, "error": f"{python} exited {code}: {_last_line(errors)}"}
+    except OSError as exc:
+        why = exc.strerror or exc
+        return {"ran": False, "error": f"{python} left an answer that cannot be read ({why}; exit {code})"}
     try:
         found = jsontext.loads(text.decode("utf-8")) if len(text) <= ANSWER_LIMIT else None
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -224,9 +229,17 @@ def _answer(python: str, answer: Path, errors: Path, code: int) -> HookProbe:
 def _last_line(errors: Path) -> str:
     """The last line of the probe's stderr, or "no output"."""
     try:
-        with open(errors, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - _STDERR_TAIL))
-            text = handle.read().decode("utf-8", "replace")
+        fd = os.open(errors, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return "no output"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # replaced by a FIFO: never wait for a writer
+            return "no output"
+        os.lseek(fd, max(0, info.st_size - _STDERR_TAIL), os.SEEK_SET)
+        text = os.read(fd, _STDERR_TAIL).decode("utf-8", "replace")
     except OSError:
         text = ""
+    finally:
+        os.close(fd)
     return (text.strip().splitlines() or ["no output"])[-1]

@@ -272,6 +272,15 @@ def status() -> HookStatus:
     """
     boot = files.running()
     state = boot.STATE if boot is not None else None
+    if (
+        state is not None
+        and state.finder in sys.meta_path
+        and boot is not None
+        and boot.WATCHED in sys.modules
+    ):
+        from ascend_env.hook import watch  # imported past the hook, and no import since: notice it now
+
+        watch.imported_past(state, boot.WATCHED)
     return {
         "hook_started": state is not None and state.started,
         "disabled": state is not None and state.disabled,

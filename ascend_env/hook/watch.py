@@ -2,8 +2,9 @@
 
 :mod:`ascend_env.hook.boot` (installed as ``ascend_env_hook``) stays small because every process
 loads it. What it needs once ``torch_npu`` is looked for lives here: :func:`find_and_wrap` finds
-the module with the other finders and wraps the loader of the spec it hands out, so that
-:func:`notify` runs once the module has been executed. The hook's finder stays on
+the module with the other finders and watches the spec it hands out
+(:func:`ascend_env.utils.importhooks.wrap_loader`), so that :func:`notify` runs once the module
+has been executed. The hook's finder stays on
 ``sys.meta_path`` until then: ``importlib.util.find_spec("torch_npu")`` (transformers' and
 accelerate's availability checks) throws its spec away, and the import that follows asks again.
 :func:`notify` registers the fixes of :mod:`ascend_env.hook.runtime`, once per process. Both take
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
 
-__all__ = ["find_and_wrap", "notify"]
+__all__ = ["find_and_wrap", "imported_past", "notify"]
 
 
 def find_and_wrap(
@@ -33,8 +34,9 @@ def find_and_wrap(
     path: Optional[Sequence[str]],
     target: Optional[ModuleType],
 ) -> Optional[ModuleSpec]:
-    """``fullname``'s spec from the finders after the hook's (``state.finder``), its loader wrapped
-    to call :func:`notify` once the module has executed; None while this thread is already asking."""
+    """``fullname``'s spec from the finders after the hook's (``state.finder``), watched to call
+    :func:`notify` once the module has executed (a failed import is counted apart from the
+    probes); None while this thread is already asking."""
     searching = state.searching
     me = _thread.get_ident()
     if searching is True or (isinstance(searching, set) and me in searching):
@@ -54,16 +56,47 @@ def find_and_wrap(
         return spec
     handed_out = getattr(state, "specs", 0) + 1
     state.specs = handed_out
-    wrap_loader(spec, lambda module: _executed(state, fullname, handed_out))
+    wrap_loader(spec, lambda module: _executed(state, fullname, handed_out), lambda: _failed(state))
     return spec
+
+
+def _failed(state: SimpleNamespace) -> None:
+    """An import of the module raised (its traceback holds no frame of the hook's): it was no
+    probe, and the next import is heard as usual."""
+    state.failed = getattr(state, "failed", 0) + 1
+
+
+def imported_past(state: SimpleNamespace, fullname: str) -> None:
+    """``fullname`` is in ``sys.modules`` from a spec the hook never handed out (a finder ahead of
+    the hook's: typeguard's import hook, pytest's assertion rewriter; or a legacy ``find_module``
+    finder): once it has executed, stop watching, say by which loader in the event, and notify.
+    While it is still executing (its own imports come here), wait for a later import."""
+    module = sys.modules.get(fullname)
+    if module is None:
+        return
+    spec = getattr(module, "__spec__", None)
+    # Still executing: the import system sets __spec__ (for a legacy loader, after load_module)
+    # and clears _initializing once the module has run.
+    if spec is None or getattr(spec, "_initializing", False):
+        return
+    if state.finder in sys.meta_path:
+        sys.meta_path.remove(state.finder)
+    loader = getattr(spec, "loader", None) or getattr(module, "__loader__", None)
+    by = "no loader" if loader is None else f"{type(loader).__module__}.{type(loader).__qualname__}"
+    notify(state, fullname, f"imported past the hook by {by} (not wrapped: heard at a later import)")
 
 
 def _executed(state: SimpleNamespace, fullname: str, handed_out: int) -> None:
     """``fullname`` ran from the ``handed_out``-th spec the hook gave: stop watching, notify."""
     if state.finder in sys.meta_path:
         sys.meta_path.remove(state.finder)
-    probes = handed_out - 1
-    how = "import" if probes == 0 else f"import after {probes} probe{'s' if probes > 1 else ''}"
+    failed = getattr(state, "failed", 0)
+    probes = handed_out - 1 - failed
+    how = "import"
+    if probes > 0:
+        how += f" after {probes} probe{'s' if probes > 1 else ''}"
+    if failed > 0:
+        how += f"{' and' if probes > 0 else ' after'} {failed} failed import{'s' if failed > 1 else ''}"
     notify(state, fullname, how)
 
 

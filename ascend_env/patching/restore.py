@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Set
 
+from ascend_env.detect import hook_site
 from ascend_env.exceptions import EnvironmentProblem, reinstall
 from ascend_env.patching.plan import Plan, sha256_or_none
 from ascend_env.patching.records import find_distribution, is_record, remove_rows, rewrite_record, sha256_hex
@@ -26,8 +27,18 @@ RestoreAction = Literal[
     "skipped: belongs to a transformers release that was replaced",
     "left alone: replaced by another installer since install",
     "left alone: removed by another installer since install",
+    "removed (left without a record: the startup hook's)",
+    "rewritten (rows of the startup hook's files taken out)",
     "conflict",
 ]
+
+# How each of the hook's files begins, whatever ascend-env release wrote it: restore removes such a
+# file where no state records it (the recovery that restore advises deletes .ascend-env).
+_HOOK_STARTS = {
+    hook_site.MODULE_FILE: b'"""The startup hook: wait, cheaply, for torch_npu',
+    hook_site.PTH_FILE: b"# ascend-env startup hook",
+    hook_site.START_FILE: b"# ascend-env startup hook",
+}
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,8 @@ def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
     plan = Plan(site_packages, RestoreReport(str(site_packages)))
     state = read_state(site_packages)
     if state is None:
-        plan.report.result = "nothing to restore"
+        if not _unrecorded_hook(plan):
+            plan.report.result = "nothing to restore"
         return plan
     dist = find_distribution(site_packages, state.distribution)
     extras = {entry.path for entry in state.entries if entry.kind == "extra"}
@@ -177,3 +189,48 @@ def plan_restore(site_packages: Path) -> Plan[RestoreReport]:
     for entry, current in records:
         planner.record(entry, current)
     return plan
+
+
+def _unrecorded_hook(plan: Plan[RestoreReport]) -> bool:
+    """Plan the removal of the startup hook's files that no state records (``.ascend-env``
+    deleted, as the advised recovery does) but that are recognisably ascend-env's, their bytecode,
+    and their rows in ascend-env's own RECORD (never the RECORD itself). Whether there are any."""
+    site_packages = plan.site_packages
+    found = []
+    for name, start in sorted(_HOOK_STARTS.items()):
+        current = read_file(site_packages / name)
+        if current is not None and current.startswith(start):
+            found.append(name)
+            plan.write(name, current, None)
+            plan.report.files.append(
+                RestoredFile(name, "extra", "removed (left without a record: the startup hook's)")
+            )
+    if hook_site.MODULE_FILE in found:
+        try:
+            cached = sorted((site_packages / "__pycache__").glob(f"{hook_site.NAME}.*.pyc"))
+        except OSError:
+            cached = []
+        for path in cached:
+            current = read_file(path)
+            if current is not None:
+                name = f"__pycache__/{path.name}"
+                found.append(name)
+                plan.write(name, current, None)
+                plan.report.files.append(
+                    RestoredFile(name, "extra", "removed (left without a record: the startup hook's)")
+                )
+    own = find_distribution(site_packages, "ascend-env") if found else None
+    record = read_file(site_packages / own.record_path) if own is not None else None
+    if own is not None and record is not None:
+        try:
+            kept = remove_rows(record, [*found, *hook_site.FILES])
+        except ValueError:  # not UTF-8: left as it is (pip reads it, or says why)
+            kept = record
+        if kept != record:
+            plan.write(own.record_path, record, kept)
+            plan.report.files.append(
+                RestoredFile(
+                    own.record_path, "extra", "rewritten (rows of the startup hook's files taken out)"
+                )
+            )
+    return bool(found)

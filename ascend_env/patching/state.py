@@ -110,7 +110,7 @@ def read_document(
     file; ``problem(exc)`` is raised when the file cannot be read or is not JSON (an OSError, a
     UnicodeDecodeError or a :class:`json.JSONDecodeError`)."""
     try:
-        data = jsontext.loads(path.read_text(encoding="utf-8"))
+        data = jsontext.loads(jsontext.read_regular(path, follow=True).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

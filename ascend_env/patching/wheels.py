@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import re
 import zipfile
 import zlib
@@ -38,7 +39,7 @@ from ascend_env.patching.manifest import (
     read_patch_text,
 )
 from ascend_env.patching.records import RecordEntry, record_digest, record_hash, sha256_hex
-from ascend_env.patching.wheel_members import SIGNATURES, MemberHash, check_layout
+from ascend_env.patching.wheel_members import SIGNATURES, MemberHash, check_layout, tampered
 from ascend_env.utils import atomic
 
 __all__ = ["LOCAL_PREFIX", "MEMBER_LIMIT", "TOTAL_LIMIT", "PatchedWheel", "patch_wheel"]
@@ -200,7 +201,7 @@ def patch_wheel(
     project, version, tags = _split_name(wheel)
     release = _release(manifest, project, version)
     new_version = _local_version(str(version), build)
-    archive = _open(wheel)
+    archive = _open(wheel, project, str(version))
     stem = wheel.name.split("-", 1)[0]
     path = output_dir / f"{stem}-{new_version}-{tags}.whl"
     with archive:
@@ -214,16 +215,30 @@ def patch_wheel(
     return PatchedWheel(path, new_version, str(version), dict(sorted(release.changes.items())))
 
 
-def _open(wheel: Path) -> zipfile.ZipFile:
+def _open(wheel: Path, project: str, version: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(wheel)
+    except UnicodeDecodeError as exc:  # a name flagged UTF-8 (bit 11) that is not
+        what = f"a member's name is marked UTF-8 but is not ({exc.reason} at byte {exc.start})"
+        raise tampered(wheel, project, version, what) from None
     except (OSError, zipfile.BadZipFile) as exc:
         raise EnvironmentProblem(f"cannot read {wheel}: {exc}.", "pass a complete wheel file.") from None
 
 
+# A zip member's general purpose flag bit 0: encrypted (no released wheel is).
+_ENCRYPTED = 0x1
+
+
 def _source(wheel: Path, project: str, version: str, archive: zipfile.ZipFile) -> _Source:
-    """The wheel's files (not its directory entries), once their declared sizes pass the limits."""
+    """The wheel's files (not its directory entries), once their declared sizes pass the limits
+    and none is encrypted."""
     infos = [info for info in archive.infolist() if not info.is_dir()]
+    encrypted = [info.filename for info in archive.infolist() if info.flag_bits & _ENCRYPTED]
+    if encrypted:
+        what = f"{encrypted[0]} is encrypted" + (
+            f" (and {len(encrypted) - 1} more)" if len(encrypted) > 1 else ""
+        )
+        raise tampered(wheel, project, version, what)
     _check_sizes(wheel, infos)
     return _Source(wheel, project, version, archive, infos, {info.filename: info for info in infos})
 
@@ -262,6 +277,9 @@ def _write_wheel(path: Path, write: Callable[[zipfile.ZipFile], None]) -> None:
         with atomic.replacing(path, suffix=".whl") as temporary:
             with zipfile.ZipFile(temporary, "w") as out:
                 write(out)
+            # A file made to be shared (an index, an image), as pip and build write wheels: 0666
+            # less the umask, not the temporary file's 0600.
+            os.chmod(temporary, 0o666 & ~_umask())
     except BaseException:
         for directory in made:  # deepest first
             try:
@@ -301,7 +319,7 @@ def _read(archive: zipfile.ZipFile, wheel: Path, info: zipfile.ZipInfo) -> bytes
     try:
         with archive.open(info) as member:
             return member.read(info.file_size + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError) as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, OSError) as exc:
         raise _damaged(wheel, info, exc) from None
 
 
@@ -382,7 +400,7 @@ def _copy_member(
                 recorded.update(block)
                 size += len(block)
                 target.write(block)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         raise _damaged(source.wheel, info, exc) from None
     recorded.check(source.wheel, source.project, source.version)
     return record_digest(digest.digest()), size
@@ -394,3 +412,10 @@ def _copy_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     new.external_attr = info.external_attr
     new.create_system = info.create_system
     return new
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, and at once setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

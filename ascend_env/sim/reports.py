@@ -1,9 +1,10 @@
 """The reports a simulated process hands to the audit, typed: one definition for the writer, the
 reader and the tests.
 
-- :class:`ProcessReport`: each audited Python process's report, ``<pid>-<random>.json`` in the
-  audit's report directory, written by :class:`ascend_env._audited.Reporter` (the facts of
-  :mod:`ascend_env.sim.startup` added to the last one) and by ``sim/shim/sitecustomize.py`` for
+- :class:`ProcessReport`: each audited Python process image's report,
+  ``<pid>-<start>-<exec generation>-<random>.json`` in the audit's report directory, written
+  by :class:`ascend_env._audited.Reporter` (the facts of :mod:`ascend_env.sim.startup` added to
+  the last one) and by ``sim/shim/sitecustomize.py`` for
   a Python that cannot import ascend_env; read by :mod:`ascend_env.checks.process_reports`.
 - :class:`PathsReport`: the dispatch-path model's findings in one process
   (:meth:`ascend_env.sim.paths.Model.report`), a report's ``"paths"``; summed over the processes
@@ -149,8 +150,11 @@ class ProcessReport(_Identity, total=False):
     count, its own: a forked child subtracts what it inherited), how it ended (None until it
     did, or forever when a signal or a crash ended it), and what it learnt (``torch``: the
     simulator ran here; ``error``: why it could not start; ``unaudited``: why this Python ran
-    outside the simulator)."""
+    outside the simulator; ``start`` and ``generation``: the process image, with ``pid``, as
+    ``exec`` keeps the pid)."""
 
+    start: int
+    generation: int
     ppid: int
     argv: List[str]
     rank: Optional[str]

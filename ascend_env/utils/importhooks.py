@@ -1,11 +1,11 @@
 """Hear of a module once it has been imported, however the program finds it (stdlib only).
 
-A meta path finder that answers ``find_spec`` with the spec the other finders give, its loader
-wrapped to call back once the module has executed. A finder that steps aside after its first
+A meta path finder that answers ``find_spec`` with the spec the other finders give, watched
+(:func:`wrap_loader`) to call back once the module has executed. A finder that steps aside after its first
 answer misses the most common real path: ``importlib.util.find_spec(name)`` first (a probe, as
 transformers' ``is_torch_npu_available()`` and accelerate's ``is_npu_available()`` do), whose spec
 is thrown away, then ``import name``, which asks the finders again. So the finder here stays on
-``sys.meta_path``, wrapping the loader of every spec it hands out, until the module has run.
+``sys.meta_path``, watching every spec it hands out, until the module has run.
 
 Used by the startup hook (:mod:`ascend_env.hook.watch`, for ``torch_npu``), the audit's start-up
 (for ``torch``) and the dispatch-path model (for transformers' generation modules).
@@ -35,65 +35,184 @@ __all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "wrap_loader"]
 def find_spec_after(
     finder: object, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
 ) -> Optional[ModuleSpec]:
-    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``."""
+    """``fullname``'s spec from the finders on ``sys.meta_path`` other than ``finder``, asked as the
+    import system asks them: ``find_spec``, else (Python < 3.12) a legacy ``find_module``."""
     for other in list(sys.meta_path):
-        method = getattr(other, "find_spec", None)
-        if other is finder or method is None:
+        if other is finder:
             continue
-        spec: Optional[ModuleSpec] = method(fullname, path, target)
+        method = getattr(other, "find_spec", None)
+        if method is None:
+            spec = _legacy_spec(other, fullname, path)
+        else:
+            spec = method(fullname, path, target)
         if spec is not None:
             return spec
     return None
 
 
-def wrap_loader(spec: ModuleSpec, done: Callable[[ModuleType], None]) -> None:
-    """Make ``spec``'s loader call ``done(module)`` once it has executed the module."""
-    # A loader with only the legacy load_module() (some packagers' finders): the import system
-    # calls load_module where a loader has no exec_module, so its wrapper must have none either.
-    legacy = getattr(spec.loader, "exec_module", None) is None
-    # The wrappers stand in for any loader by delegation, not by subclassing importlib.abc.Loader.
-    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done)
-    spec.loader = wrapper  # type: ignore[assignment]
+def _legacy_spec(finder: object, fullname: str, path: Optional[Sequence[str]]) -> Optional[ModuleSpec]:
+    """The spec the import system makes of a legacy finder's ``find_module`` (Python < 3.12 asks
+    it; later releases do not, and neither does this)."""
+    find_module = getattr(finder, "find_module", None)
+    if find_module is None or sys.version_info >= (3, 12):
+        return None
+    loader = find_module(fullname, path)
+    if loader is None:
+        return None
+    from importlib.util import spec_from_loader
+
+    return spec_from_loader(fullname, loader)
 
 
-class NotifyingLoader:
-    """``loader``, calling ``done(module)`` once it has executed the module; anything else it is
-    asked, the wrapped loader answers."""
+def wrap_loader(
+    spec: ModuleSpec, done: Callable[[ModuleType], None], failed: Optional[Callable[[], None]] = None
+) -> None:
+    """Call ``done(module)`` once the module of ``spec`` has executed (``failed()`` if its
+    execution raised).
 
-    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
+    The loader stays as it is: ``spec`` becomes a :class:`_WatchedSpec` (a ``ModuleSpec`` again
+    once told), which hears of the end of the module's execution from the import system itself,
+    so a failing import's traceback holds no frame of ours and the module keeps its own loader. A
+    loader with only the legacy ``load_module()`` (which the import system calls without that
+    flag) is wrapped instead (:class:`NotifyingLoader`'s legacy twin); its module gets the
+    original loader back."""
+    if getattr(spec.loader, "exec_module", None) is None:
+        wrapper = _LegacyNotifyingLoader(spec.loader, done, spec, failed)
+        spec.loader = wrapper  # type: ignore[assignment]
+        return
+    if type(spec) is _ModuleSpec:  # a subclass of someone else's stays theirs: wrap its loader
+        spec.__dict__[_WATCH] = (done, failed)
+        spec.__class__ = _WatchedSpec
+    else:
+        spec.loader = NotifyingLoader(spec.loader, done, spec, failed)  # type: ignore[assignment]
+
+
+# The spec class of the import system (importlib.machinery.ModuleSpec, which this start-up does not
+# import), and where a watched spec keeps its callbacks.
+_ModuleSpec: Any = type(sys.__spec__)
+_WATCH = "_ascend_env_watch"
+
+
+class _WatchedSpec(_ModuleSpec):  # type: ignore[misc]
+    """A spec that calls back once its module has executed: the import system sets
+    ``spec._initializing`` before it executes the module and clears it after, the module in
+    ``sys.modules`` only if it ran (``importlib._bootstrap._load_unlocked``, Python 3.8 to 3.13).
+    Told, it is a plain ``ModuleSpec`` again; copied, deep-copied or pickled (a probe's spec), it
+    is one."""
+
+    @property
+    def _initializing(self) -> bool:
+        return bool(self.__dict__.get("_initializing", False))
+
+    @_initializing.setter
+    def _initializing(self, value: bool) -> None:
+        self.__dict__["_initializing"] = value
+        if value:
+            return
+        watch = self.__dict__.pop(_WATCH, None)
+        self.__class__ = _ModuleSpec
+        if watch is None:
+            return
+        done, failed = watch
+        module = sys.modules.get(self.name)
+        if module is not None:
+            done(module)
+        elif failed is not None:
+            failed()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        from operator import itemgetter
+
+        plain = _ModuleSpec.__new__(_ModuleSpec)
+        plain.__dict__.update((k, v) for k, v in self.__dict__.items() if k != _WATCH)
+        return itemgetter(0), ([plain],)
+
+
+class _Wrapper:
+    """What both wrappers share: the original loader answers what they do not, and a copy, a deep
+    copy or a pickle of one (a probe's spec) is the original loader."""
+
+    def __init__(
+        self,
+        loader: Any,
+        done: Callable[[ModuleType], None],
+        spec: Optional[ModuleSpec] = None,
+        failed: Optional[Callable[[], None]] = None,
+    ) -> None:
         self._loader = loader
         self._done = done
+        self._spec = spec
+        self._failed = failed
 
     def __getattr__(self, name: str) -> Any:
+        # Never for the wrapper's own fields: a copy made without __init__ has none (and would
+        # ask itself for ever).
+        if name in ("_loader", "_done", "_spec", "_failed"):
+            raise AttributeError(name)
         return getattr(self._loader, name)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Rebuilt as the original loader: itemgetter(0)([loader]) (standard library only, so that
+        # a pickle of it loads where ascend_env is not).
+        from operator import itemgetter
+
+        return itemgetter(0), ([self._loader],)
+
+
+class NotifyingLoader(_Wrapper):
+    """``loader``, calling ``done(module)`` once it has executed the module, and then giving the
+    module and its spec the original loader back (``pkg_resources`` picks its provider by the
+    loader's type); anything else it is asked, the wrapped loader answers. Only for a spec of a
+    class of its own (:func:`wrap_loader` watches a plain ``ModuleSpec`` instead)."""
 
     def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         create = getattr(self._loader, "create_module", None)
         return None if create is None else create(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)
+        except BaseException:
+            if self._failed is not None:
+                self._failed()
+            raise
+        _give_back(self, module)
         self._done(module)
 
 
-class _LegacyNotifyingLoader:
+class _LegacyNotifyingLoader(_Wrapper):
     """A ``load_module()``-only ``loader``, calling ``done(module)`` once it has loaded the module.
     It has no ``exec_module`` or ``create_module`` (the import system then takes the legacy path);
     anything else it is asked, the wrapped loader answers."""
 
-    def __init__(self, loader: Any, done: Callable[[ModuleType], None]) -> None:
-        self._loader = loader
-        self._done = done
-
     def __getattr__(self, name: str) -> Any:
         if name in ("exec_module", "create_module"):
             raise AttributeError(name)
-        return getattr(self._loader, name)
+        return super().__getattr__(name)
 
     def load_module(self, fullname: str) -> ModuleType:
-        module: ModuleType = self._loader.load_module(fullname)
+        try:
+            module: ModuleType = self._loader.load_module(fullname)
+        except BaseException:
+            if self._failed is not None:
+                self._failed()
+            raise
+        _give_back(self, module)
         self._done(module)
         return module
+
+
+def _give_back(wrapper: _Wrapper, module: ModuleType) -> None:
+    """The module has executed: where its loader is ``wrapper``, the original again."""
+    original = wrapper._loader
+    for holder in (wrapper._spec, getattr(module, "__spec__", None)):
+        if holder is not None and getattr(holder, "loader", None) is wrapper:
+            holder.loader = original
+    if getattr(module, "__loader__", None) is wrapper:
+        try:
+            module.__loader__ = original
+        except AttributeError:
+            pass
 
 
 class ImportWatcher:

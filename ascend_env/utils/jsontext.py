@@ -12,16 +12,42 @@ overflow" (CPython 3.8's ``_Py_CheckRecursiveCall``). ascend-env's own files nes
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
-from typing import Any
+import stat
+from typing import Any, Optional
 
-__all__ = ["MAX_DEPTH", "loads"]
+__all__ = ["MAX_DEPTH", "loads", "read_regular"]
 
 MAX_DEPTH = 100
 
 # A whole string (so that brackets inside strings are not counted), or one bracket.
 _TOKENS = re.compile(r'"(?:\\.|[^"\\])*"|[\[\]{}]')
+
+
+def read_regular(path: os.PathLike[str] | str, limit: Optional[int] = None, follow: bool = False) -> bytes:
+    """The bytes of the regular file at ``path`` (at most ``limit``), as a file another process may
+    have put there is read: opened without blocking (a FIFO would wait forever for a writer) and,
+    unless ``follow``, without following a symbolic link; anything but a regular file (a FIFO, a
+    device, a socket) raises ``OSError(EINVAL)``, a missing one FileNotFoundError."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        chunks = []
+        left = -1 if limit is None else limit
+        while left != 0:
+            chunk = os.read(fd, 1 << 20 if left < 0 else min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left = left if left < 0 else left - len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def loads(text: str) -> Any:

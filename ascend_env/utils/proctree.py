@@ -18,20 +18,26 @@ directory.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 __all__ = [
     "TICK",
+    "Image",
     "Member",
+    "Reported",
     "Tree",
     "child_subreaper",
     "death_signal",
+    "exec_generation",
+    "is_python",
     "python_flags",
     "start_time",
     "stop",
@@ -46,12 +52,77 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 _WITH_VALUE = frozenset("XWQ")
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
+# What the program file of a Python interpreter holds, whatever its name: the entry point of
+# python's main (3.8+), or the embedding API (a program that runs Python inside).
+_PYTHON_MARKS = (b"Py_BytesMain", b"Py_Initialize", b"Py_Main")
+# A program larger than this is not searched for them (only its name tells).
+_MAX_PROGRAM_BYTES = 1 << 30
+# Whether a program file is a Python interpreter, by (device, inode, size, mtime).
+_programs: Dict[Tuple[int, int, int, int], bool] = {}
+
+
+class Reported(NamedTuple):
+    """What the processes of the tree told of themselves, by process image: ``(pid, start time,
+    exec generation)`` of each image that writes a report of its own (``reports``), and of each
+    that replaced itself by ``exec`` (``execs``): the image after it must be read again."""
+
+    reports: AbstractSet[Tuple[int, int, int]] = frozenset()
+    execs: AbstractSet[Tuple[int, int, int]] = frozenset()
+
+
+def exec_generation(value: Optional[str], pid: int, start: int) -> int:
+    """The exec generation of the process image ``pid`` (started at ``start``) whose environment
+    holds ``value`` (``<pid>-<start>-<generation>``, set by the image before it, which ran
+    ``exec``); 0 where it names another process (inherited across a fork) or is missing."""
+    words = (value or "").split("-")
+    if len(words) == 3 and all(word.isdigit() for word in words):
+        if int(words[0]) == pid and int(words[1]) == start:
+            return int(words[2])
+    return 0
+
+
+def is_python(exe: str, argv: List[str], program: Optional[str] = None) -> bool:
+    """Whether a process runs a Python interpreter: its file name (``python3.11``), else what the
+    file ``program`` (default: ``exe``) holds, so that a copy or a link named otherwise counts."""
+    name = os.path.basename(exe) if exe else os.path.basename(argv[0] if argv else "")
+    if _PYTHON.match(name):
+        return True
+    return _python_program(program or exe) if (program or exe) else False
+
+
+def _python_program(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            if key in _programs:
+                return _programs[key]
+            found = False
+            if 0 < info.st_size <= _MAX_PROGRAM_BYTES and stat.S_ISREG(info.st_mode):
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    found = any(data.find(mark) >= 0 for mark in _PYTHON_MARKS)
+            _programs[key] = found
+            return found
+    except (OSError, ValueError):
+        return False
+
+
+class Image:
+    """One program a process ran (``exec`` replaces it, and keeps the pid): its file, command
+    line, environment and exec generation (:func:`exec_generation`)."""
+
+    def __init__(self, exe: str, argv: List[str], environ: Dict[str, str], generation: int) -> None:
+        self.exe = exe
+        self.argv = argv
+        self.environ = environ
+        self.generation = generation
+        self.python = False
 
 
 class Member:
-    """One process of the tree, as last seen."""
+    """One process of the tree, as last seen, and each program it ran (``images``)."""
 
-    def __init__(self, pid: int, start: int, ppid: int) -> None:
+    def __init__(self, pid: int, start: int, ppid: int, exec_variable: Optional[str] = None) -> None:
         self.pid = pid
         self.start = start
         self.ppid = ppid
@@ -60,28 +131,45 @@ class Member:
         self.environ: Dict[str, str] = {}
         self.state = "R"
         self.ended = False
+        self.exec_variable = exec_variable
+        self.images: List[Image] = []
+
+    @property
+    def generation(self) -> int:
+        """The exec generation of the image last seen."""
+        return self.images[-1].generation if self.images else 0
 
     @property
     def python(self) -> bool:
         """Whether the process runs a Python interpreter (as last seen: ``exec`` changes it)."""
-        name = os.path.basename(self.exe) if self.exe else os.path.basename(self.argv[0] if self.argv else "")
-        return bool(_PYTHON.match(name))
+        return self.images[-1].python if self.images else is_python(self.exe, self.argv)
 
-    def look(self) -> None:
-        """Read the process's program and command line again (an ``exec`` changes them, though it
-        may run the same program: a fork of Python that execs Python), and its environment when
-        they changed."""
+    def look(self, again: bool = False) -> None:
+        """Read the process's program and command line again (an ``exec`` changes them), and its
+        environment when they changed or when ``again`` (the image ran ``exec``, which may run
+        the same program with the same command line: only the environment then tells)."""
         exe = _readlink(f"/proc/{self.pid}/exe")
         data = _read(f"/proc/{self.pid}/cmdline")
         argv = [part.decode("utf-8", "surrogateescape") for part in (data or b"").split(b"\0")[:-1]]
         if not exe or not argv:  # exiting (its memory is gone) or not ours to read: keep what was seen
             return
-        if exe == self.exe and argv == self.argv and self.environ:
+        if exe == self.exe and argv == self.argv and self.environ and not again:
             return
-        self.exe, self.argv = exe, argv
-        environ = _read(f"/proc/{self.pid}/environ")
-        if environ is not None:
-            self.environ = dict(_pair(entry) for entry in environ.split(b"\0") if b"=" in entry)
+        raw = _read(f"/proc/{self.pid}/environ")
+        environ = self.environ
+        if raw is not None:
+            environ = dict(_pair(entry) for entry in raw.split(b"\0") if b"=" in entry)
+        if exe == self.exe and argv == self.argv and environ == self.environ and self.images:
+            return
+        self.exe, self.argv, self.environ = exe, argv, environ
+        value = environ.get(self.exec_variable) if self.exec_variable else None
+        generation = exec_generation(value, self.pid, self.start)
+        if again and self.images and generation <= self.images[-1].generation:
+            # It ran exec with an environment that does not tell (replaced): the next one all the same.
+            generation = self.images[-1].generation + 1
+        image = Image(exe, argv, environ, generation)
+        image.python = is_python(exe, argv, f"/proc/{self.pid}/exe")
+        self.images.append(image)
 
 
 def _pair(entry: bytes) -> Tuple[str, str]:
@@ -92,21 +180,26 @@ def _pair(entry: bytes) -> Tuple[str, str]:
 class Tree:
     """The processes descended from ``root`` (the supervisor), but for those of ``exclude`` (the
     watchdog); orphans reparented to ``root`` join if they started after ``since`` (the
-    command's start, in clock ticks since boot)."""
+    command's start, in clock ticks since boot). ``exec_variable``: the environment variable that
+    holds an image's exec generation (:func:`exec_generation`)."""
 
-    def __init__(self, root: int, exclude: Iterable[int] = (), since: int = 0) -> None:
+    def __init__(
+        self, root: int, exclude: Iterable[int] = (), since: int = 0, exec_variable: Optional[str] = None
+    ) -> None:
         self.root = root
         self.exclude = set(exclude)
         self.since = since
+        self.exec_variable = exec_variable
         self.members: Dict[int, Member] = {}
         self._outside: Dict[int, int] = {}  # pid -> start of processes that are not ours
         self.available = os.path.isdir("/proc")
 
-    def poll(self, reported: Iterable[int] = ()) -> None:
-        """Look at ``/proc`` again; ``reported`` are pids known to run a reporter of their own (their
-        program is read once, not again)."""
+    def poll(self, reported: Optional[Reported] = None) -> None:
+        """Look at ``/proc`` again. ``reported``: the process images known to run a reporter of
+        their own (their program is read once, not again, until they ``exec``)."""
         if not self.available:
             return
+        reported = Reported() if reported is None else reported
         try:
             listed = {int(name) for name in os.listdir("/proc") if name.isdigit()}
         except OSError:
@@ -139,7 +232,7 @@ class Tree:
                 if (ppid in self.members and not self.members[ppid].ended) or (
                     ppid == self.root and start >= self.since
                 ):
-                    member = Member(pid, start, ppid)
+                    member = Member(pid, start, ppid, self.exec_variable)
                     member.state = state
                     self.members[pid] = member
                     new.remove((pid, found))
@@ -147,13 +240,14 @@ class Tree:
         for pid, found in new:
             self._outside[pid] = found[4]
         for member in self.members.values():
+            if member.ended or member.state in ("Z", "X"):
+                continue
+            image = (member.pid, member.start, member.generation)
+            if image in reported.execs:  # it ran exec: what runs now is read until it is seen
+                member.look(again=True)
             # A reporter's program is read once all the same: one that reported before the first
             # poll met it would keep no command line, and its forks would not be known as forks.
-            if (
-                not member.ended
-                and member.state not in ("Z", "X")
-                and (member.pid not in reported or not member.argv)
-            ):
+            elif image not in reported.reports or not member.argv:
                 member.look()
         for pid, member in self.members.items():
             if not member.ended and pid not in listed:

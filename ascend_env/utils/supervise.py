@@ -84,8 +84,8 @@ class Supervised(NamedTuple):
     tree: proctree.Tree
 
 
-def _nothing_reported() -> Set[int]:
-    return set()
+def _nothing_reported() -> proctree.Reported:
+    return proctree.Reported()
 
 
 def supervise(
@@ -95,15 +95,17 @@ def supervise(
     scratch_variable: str,
     timeout: Optional[float] = None,
     stdout: Output = None,
-    reported: Callable[[], Set[int]] = _nothing_reported,
+    reported: Callable[[], proctree.Reported] = _nothing_reported,
+    exec_variable: Optional[str] = None,
 ) -> Supervised:
     """Run ``command`` with ``env`` (which names ``scratch`` as ``scratch_variable``); stop it after
     ``timeout`` seconds and on SIGINT/SIGTERM; stop what it leaves behind.
 
-    ``reported()`` gives the pids known to report for themselves (their program is not read
-    again). Raises :class:`NotStarted` if the command cannot start, :class:`Interrupted` on a
-    signal (after stopping the tree). ``scratch`` is removed only by the watchdog, if this
-    process dies.
+    ``reported()`` gives the process images known to report for themselves (their program is not
+    read again until they ``exec``); ``exec_variable``, the variable that tells an image's exec
+    generation (:func:`ascend_env.utils.proctree.exec_generation`). Raises :class:`NotStarted` if
+    the command cannot start, :class:`Interrupted` on a signal (after stopping the tree).
+    ``scratch`` is removed only by the watchdog, if this process dies.
     """
     signals = _Signals()
     was_subreaper = proctree.child_subreaper(True)
@@ -126,6 +128,7 @@ def supervise(
                     os.getpid(),
                     exclude=[watchdog.pid] if watchdog.pid else [],
                     since=proctree.start_time(proc.pid) or 0,
+                    exec_variable=exec_variable,
                 )
             run = _Run(proc, tree, watchdog, reported, signals)
             try:
@@ -153,7 +156,7 @@ class _Run:
         proc: subprocess.Popen[bytes],
         tree: proctree.Tree,
         watchdog: _Watchdog,
-        reported: Callable[[], Set[int]],
+        reported: Callable[[], proctree.Reported],
         signals: _Signals,
     ) -> None:
         self.proc = proc

@@ -108,3 +108,53 @@ def test_a_process_that_used_npu_without_torch_npu_fails_where_the_release_needs
     for fine in (dict(used, torch_npu="simulated"), dict(used, autoload=True), dict(used, npu_used=False)):
         again = findings_from("2.1.0.post6", ["x"], Outcome(10, 0), [fine])
         assert again["without_torch_npu"] == [] and audit_text.exit_code(again) == 0
+
+
+# audit had to stop a process the command left running (a double-forked daemon that would have
+# fallen back later): the verdict says so, and --fail-on stopped fails on it (issue 42, item 10).
+def test_a_process_audit_had_to_stop_is_in_the_verdict():
+    done = {"how": "exit"}
+    findings = findings_from("2.4.0", ["x"], Outcome(10, 0, None, False, 2), [report(10, end=done)])
+    passed = audit_text.verdict(findings)
+    assert passed.code == 0 and passed.line == (
+        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process, "
+        "but audit stopped 2 processes still running after the command ended: what they would have "
+        "done later is not audited (--fail-on stopped fails)"
+    )
+    failed = audit_text.verdict(findings, ("fallbacks", "stopped"))
+    assert failed.code == 1 and failed.line.startswith(
+        "audit failed on torch_npu 2.4.0: audit stopped 2 processes still running after the command "
+        "ended (what they did after that is not audited); fix: let the command wait"
+    )
+    lines = audit_text.format_text(findings, ("stopped",)).splitlines()
+    assert "audit stopped 2 processes still running after the command ended" in lines
+    # none stopped: as before; a timeout says it stopped the command, and fails anyway
+    clean = findings_from("2.4.0", ["x"], Outcome(10, 0), [report(10, end=done)])
+    assert audit_text.verdict(clean, ("stopped",)) == audit_text.verdict(clean)
+    assert audit_text.verdict(clean).line.endswith("in 1 audited Python process")
+    timed = findings_from("2.4.0", ["x"], Outcome(10, -15, 3, True, 2), [report(10)])
+    assert "still running" not in audit_text.verdict(timed, ("stopped",)).line
+
+
+def test_fail_on_stopped_is_an_option_that_needs_no_paths(monkeypatch, capsys):
+    import json
+
+    from ascend_env.checks import audit, paths_report
+    from ascend_env.cli import main
+
+    assert paths_report.parse_fail_on("fallbacks,stopped") == ("fallbacks", "stopped")
+    asked = {}
+
+    def run(command, torch_npu=None, timeout=None, soc=None, paths=False, stdout=None):
+        asked["paths"] = paths
+        return findings_from(
+            "2.4.0", command, Outcome(10, 0, None, False, 1), [report(10, end={"how": "exit"})]
+        )
+
+    monkeypatch.setattr(audit, "run", run)
+    code = main(["audit", "--json", "--torch-npu", "2.4.0", "--fail-on", "stopped", "--", "x"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["ok"] is False and asked["paths"] is False
+    assert document["stopped"] == 1 and "audit stopped 1 process" in document["verdict"]
+    assert main(["audit", "--json", "--torch-npu", "2.4.0", "--", "x"]) == 0
+    assert "--fail-on stopped fails" in json.loads(capsys.readouterr().out)["verdict"]

@@ -120,6 +120,126 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     assert "cannot import ascend_env (broken on purpose)" in found["why"]
 
 
+# An audited Python that runs exec keeps its pid: the audit must read what runs next (issue 42, 2).
+SLOW = "import time; time.sleep(0.6)"
+EXECS = {
+    # os.execv in place, of python -I: long enough for the tree to see it, and gone at once
+    "execv -I": f"import os, sys; os.execv(sys.executable, [sys.executable, '-I', '-c', {SLOW!r}])",
+    "execv -I, brief": "import os, sys; os.execv(sys.executable, [sys.executable, '-I', '-c', 'pass'])",
+    # os.execve with the audit's variables taken out of the environment
+    "execve, clean env": (
+        "import os, sys; env = {k: v for k, v in os.environ.items() if not k.startswith('ASCEND_ENV')}; "
+        f"env.pop('PYTHONPATH', None); os.execve(sys.executable, [sys.executable, '-c', {SLOW!r}], env)"
+    ),
+    # fork, then exec in the child (which inherited the reporter)
+    "fork+exec": (
+        "import os, sys\npid = os.fork()\nif pid == 0:\n"
+        f"    os.execv(sys.executable, [sys.executable, '-I', '-c', {SLOW!r}])\nos.waitpid(pid, 0)"
+    ),
+    # an audited Python that execs an audited Python that execs python -E
+    "exec twice": (
+        "import os, sys; os.execv(sys.executable, [sys.executable, '-c', "
+        f"\"import os, sys; os.execv(sys.executable, [sys.executable, '-E', '-c', {SLOW!r}])\"])"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXECS))
+def test_a_python_exec_ed_in_place_of_an_audited_one_is_unaudited(case, capsys):
+    code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", PY, "-c", EXECS[case]])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["ok"] is False, report
+    (found,) = report["unaudited"]
+    assert found["argv"][0] == PY, found
+    if case != "execve, clean env":
+        assert "-I" in found["argv"] or "-E" in found["argv"], found
+
+
+def test_an_interpreter_not_named_python_is_a_python(tmp_path, capsys):
+    runner = tmp_path / "runner"
+    try:
+        os.link(os.path.realpath(PY), runner)
+    except OSError:
+        import shutil
+
+        shutil.copy2(os.path.realpath(PY), runner)
+    assert subprocess.run([str(runner), "-c", "pass"]).returncode == 0
+    for program in ([str(runner), "-I", "-c", SLOW], [str(runner), "-I", "-c", "pass"]):
+        command = f"import os; os.execv({str(runner)!r}, {program!r})"
+        code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", PY, "-c", command])
+        report = json.loads(capsys.readouterr().out)
+        assert code == 1, report
+        (found,) = report["unaudited"]
+        assert found["argv"][0] == str(runner)
+    # run as a child of the command (not exec'd): the tree reads the program's file
+    child = f"import subprocess; subprocess.run({[str(runner), '-I', '-c', SLOW]!r})"
+    code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", PY, "-c", child])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and len(report["unaudited"]) == 1, report
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # an audited Python exec'd in place reports again: not unaudited
+        f"import os, sys; os.execv(sys.executable, [sys.executable, '-c', {SLOW!r}])",
+        # so does one run as execve with the environment kept
+        f"import os, sys; os.execve(sys.executable, [sys.executable, '-c', {SLOW!r}], dict(os.environ))",
+        # a program that is not Python
+        "import os; os.execv('/bin/sh', ['sh', '-c', 'sleep 0.6'])",
+        # exec that fails: the image goes on, audited
+        "import os\ntry:\n    os.execv('/nonexistent/python3', ['python3', '-I'])\nexcept OSError:\n    pass",
+    ],
+)
+def test_an_exec_that_stays_audited_is_not_unaudited(command):
+    with pytest.raises(EnvironmentProblem, match="none imported torch"):
+        audit.run([PY, "-c", command], "2.4.0")
+
+
+# A FIFO in the report directory hung audit forever and left the directory (issue 42, item 6).
+FIFO_NAMES = {
+    "a report's name": "f'{os.getpid()}-1-0-abcd1234.json'",
+    "any .json": "'fifo.json'",
+    "an exec marker's name": "f'{os.getpid()}-1-0-abcd1234.exec'",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIFO_NAMES))
+def test_a_fifo_in_the_report_directory_is_refused_not_waited_on(name, tmp_path):
+    code = (
+        "import os\nreports = os.environ['ASCEND_ENV_AUDIT_REPORTS']\n"
+        f"os.mkfifo(os.path.join(reports, {FIFO_NAMES[name]}))\n"
+    )
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    done = subprocess.run(
+        [
+            PY,
+            "-m",
+            "ascend_env",
+            "audit",
+            "--json",
+            "--torch-npu",
+            "2.4.0",
+            "--timeout",
+            "30",
+            "--",
+            PY,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode in (1, 2), done.stderr
+    json.loads(done.stdout)
+    if name != "an exec marker's name":
+        assert "not a regular file" in done.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(audit.SCRATCH_PREFIX)] == []
+
+
 def test_forked_children_inherit_the_audit():
     code = (
         "import os\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"

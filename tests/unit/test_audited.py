@@ -234,7 +234,7 @@ def test_the_shim_reports_where_the_reporter_does():
     # sim/shim/sitecustomize.py runs where ascend_env may not import: it spells the variable out.
     shim = Path(_audited.__file__).parent / "sim" / "shim" / "sitecustomize.py"
     named = set(re.findall(r'"(ASCEND_ENV_AUDIT_\w+)"', shim.read_text(encoding="utf-8")))
-    assert named == {_audited.REPORTS}
+    assert named == {_audited.REPORTS, _audited.EXEC}
 
 
 def test_the_simulated_torch_npu_is_found_where_the_simulator_puts_it():

@@ -411,8 +411,8 @@ def test_a_failed_import_then_a_good_one_is_heard_once(tmp_path: Path):
     result = run_python(tmp_path, code, FAIL_ONCE="1")
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
-    # The failed import's lookup counts as a probe: a spec handed out that did not import it.
-    assert state["events"] == ["torch_npu: import after 1 probe"] and state["finder"] is False
+    # A failed import is no probe (issue 42, item 12): it is said as what it was.
+    assert state["events"] == ["torch_npu: import after 1 failed import"] and state["finder"] is False
 
 
 def test_torch_npu_imported_before_the_hook_started_is_said_so(tmp_path: Path):
@@ -424,3 +424,198 @@ def test_torch_npu_imported_before_the_hook_started_is_said_so(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout)
     assert state["events"] == ["torch_npu: imported before the hook started"] and state["finder"] is False
+
+
+# torch_npu supplied by a finder the hook never hears from (issue 42, item 3): one put ahead of
+# the hook after it started, as typeguard's install_import_hook() and pytest's assertion rewriter
+# do, or a legacy find_module() finder. The hook notices torch_npu in sys.modules at the next
+# import (or at runtime.status()), and says by which loader.
+AHEAD_FINDERS = {
+    # typeguard: PathFinder's spec, its loader replaced by a SourceFileLoader subclass
+    "typeguard-like": """
+import importlib.machinery, sys
+class TypeguardLoader(importlib.machinery.SourceFileLoader):
+    pass
+class TypeguardFinder:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split('.')[0] != 'torch_npu':
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None:
+            spec.loader = TypeguardLoader(spec.loader.name, spec.loader.path)
+        return spec
+sys.meta_path.insert(0, TypeguardFinder())
+""",
+    # pytest's AssertionRewritingHook: the finder is the loader (create_module/exec_module)
+    "rewriter-like": """
+import importlib.machinery, importlib.util, sys
+class AssertionRewritingHook:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != 'torch_npu':
+            return None
+        found = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if found is None:
+            return None
+        self.origin = found.origin
+        return importlib.util.spec_from_file_location(fullname, found.origin, loader=self,
+                                                      submodule_search_locations=found.submodule_search_locations)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(open(self.origin).read(), self.origin, 'exec'), module.__dict__)
+sys.meta_path.insert(0, AssertionRewritingHook())
+""",
+}
+LEGACY_ONLY = """
+import importlib.machinery, sys, types
+class OldLoader:
+    def load_module(self, fullname):
+        module = sys.modules.setdefault(fullname, types.ModuleType(fullname))
+        module.__loader__ = self
+        exec("LOADED = True\\nimport json\\n", module.__dict__)
+        return module
+class OldFinder:  # find_module only: Python < 3.12 asks it
+    def find_module(self, fullname, path=None):
+        return OldLoader() if fullname == 'torch_npu' else None
+sys.meta_path.{where}
+"""
+
+
+@pytest.mark.parametrize("finder", sorted(AHEAD_FINDERS))
+@pytest.mark.parametrize("then", ["a later import", "runtime.status()"])
+def test_torch_npu_from_a_finder_ahead_of_the_hook_is_noticed(tmp_path: Path, finder, then):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "sub.py").write_text("X = 1\n")
+    (pkgs / "torch_npu" / "__init__.py").write_text("LOADED = True\nfrom torch_npu import sub\n")
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n" + AHEAD_FINDERS[finder] + "import torch_npu\n"
+    if then == "a later import":
+        code += "import json\n"
+    else:
+        code += "from ascend_env.hook import runtime\nrecord = runtime.status()\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    (event,) = state["events"]
+    loader = "TypeguardLoader" if finder == "typeguard-like" else "AssertionRewritingHook"
+    assert event.startswith("torch_npu: imported past the hook by ") and loader in event, event
+    assert state["finder"] is False  # it stopped waiting
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 no longer asks find_module()")
+@pytest.mark.parametrize("where", ["insert(0, OldFinder())", "append(OldFinder())"])
+def test_torch_npu_from_a_legacy_find_module_finder_is_heard(tmp_path: Path, where):
+    write_hook(tmp_path)
+    code = LEGACY_ONLY.replace("{where}", where)
+    code += "import warnings\nwarnings.simplefilter('ignore', ImportWarning)\nimport torch_npu\n"
+    code += "assert torch_npu.LOADED\nimport base64\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    (event,) = state["events"]
+    if where.startswith("append"):  # after the hook: asked by it, so its loader is wrapped
+        assert event == "torch_npu: import"
+    else:
+        assert event.startswith("torch_npu: imported past the hook by ") and "OldLoader" in event
+    assert state["finder"] is False
+
+
+def test_torch_npu_still_executing_is_not_noticed_before_it_ran(tmp_path: Path):
+    # Its own imports reach the hook while it executes: the hook hears of it only once it has run.
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(
+        "import sys\nimport json\nb = sys.modules['ascend_env_hook']\nEARLY = list(b.STATE.events)\n"
+    )
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n" + AHEAD_FINDERS["typeguard-like"]
+    code += "import torch_npu\nimport base64\nprint(torch_npu.EARLY)\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    early, report = result.stdout.splitlines()
+    assert early == "[]" and len(json.loads(report)["events"]) == 1
+
+
+def _pkg_resources_path() -> Optional[str]:
+    """Where pkg_resources can be imported from (this environment, or the base interpreter's)."""
+    import glob
+    import importlib.util
+
+    found = importlib.util.find_spec("pkg_resources")
+    if found is not None and found.origin:
+        return str(Path(found.origin).parent.parent)
+    for candidate in glob.glob(f"{sys.base_prefix}/lib/python3*/site-packages/pkg_resources"):
+        return str(Path(candidate).parent)
+    return None
+
+
+# The hook's loader wrapper was observable (issue 42, item 9): copy and deepcopy recursed, pickle
+# failed, pkg_resources had no provider for it. A probe's spec (still wrapped) and the imported
+# module (its loader given back) must both behave as without the hook.
+TRANSPARENT = """
+import copy, importlib.machinery, importlib.util, pickle
+probe = importlib.util.find_spec('torch_npu')
+assert type(probe.loader) is importlib.machinery.SourceFileLoader  # never wrapped: the spec is watched
+assert isinstance(probe, importlib.machinery.ModuleSpec)
+for thing in (probe.loader, probe):
+    copy.copy(thing); copy.deepcopy(thing)
+assert type(pickle.loads(pickle.dumps(probe.loader))) is importlib.machinery.SourceFileLoader
+assert copy.copy(probe.loader).get_filename('torch_npu') == probe.origin
+import torch_npu
+for loader in (torch_npu.__loader__, torch_npu.__spec__.loader):
+    assert type(loader) is importlib.machinery.SourceFileLoader, loader  # given back
+copy.deepcopy(torch_npu.__spec__); pickle.dumps(torch_npu.__spec__.loader)
+if PKG_RESOURCES:
+    sys.path.append(PKG_RESOURCES)
+    import warnings
+    warnings.simplefilter('ignore')
+    import pkg_resources
+    assert pkg_resources.resource_exists('torch_npu', '__init__.py')
+    assert '__init__.py' in pkg_resources.resource_listdir('torch_npu', '')
+    assert not pkg_resources.resource_isdir('torch_npu', '__init__.py')
+    print('pkg_resources checked')
+"""
+
+
+def test_the_loader_wrapper_is_transparent_and_given_back(tmp_path: Path):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    where = _pkg_resources_path()
+    code = f"sys.path.insert(0, {str(pkgs)!r})\nPKG_RESOURCES = {where!r}\n" + TRANSPARENT + REPORT
+    result = run_python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["events"] == ["torch_npu: import after 1 probe"]
+    assert ("pkg_resources checked" in result.stdout) == (where is not None)
+
+
+def test_a_legacy_loader_is_given_back_too(tmp_path: Path):
+    write_hook(tmp_path)
+    code = LEGACY_FINDER + "import warnings\nwarnings.simplefilter('ignore', ImportWarning)\n"
+    code += "import copy, pickle\nimport torch_npu\n"
+    code += "assert type(torch_npu.__spec__.loader).__name__ == 'LegacyLoader', torch_npu.__spec__.loader\n"
+    code += (
+        "assert type(torch_npu.__loader__).__name__ == 'LegacyLoader'\ncopy.deepcopy(torch_npu.__spec__)\n"
+    )
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+
+
+# A failing import of torch_npu: its traceback gained a frame of ascend-env's import hook
+# (issue 42, item 12). Raised at its top level, in a submodule, and as a non-ImportError.
+FAILING = {
+    "ImportError": "raise ImportError('libhccl.so: cannot open shared object file')\n",
+    "in a submodule": "from torch_npu import broken\n",
+    "RuntimeError": "raise RuntimeError('no NPU')\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FAILING))
+def test_a_failing_import_has_no_frame_of_the_hook(tmp_path: Path, how):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(FAILING[how])
+    (pkgs / "torch_npu" / "broken.py").write_text("raise ImportError('broken submodule')\n")
+    code = (
+        f"sys.path.insert(0, {str(pkgs)!r})\nimport importlib.util\nimportlib.util.find_spec('torch_npu')\n"
+    )
+    code += "import torch_npu\n"
+    result = run_python(tmp_path, code)
+    assert result.returncode == 1
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith("File ")]
+    assert not any("ascend_env" in frame or "ascend_env_hook" in frame for frame in frames), result.stderr
+    assert any("torch_npu" in frame for frame in frames)

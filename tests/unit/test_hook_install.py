@@ -510,3 +510,94 @@ def test_install_switches_the_compile_guard_off_and_on_and_restore_undoes_both(s
     assert status["hook"]["compile_guard"] is False
     assert run_cli("restore", "--target", str(site)).returncode == 0
     assert snapshot(site) == before
+
+
+# A FIFO where status reads the probe's answer or its stderr hung status forever (issue 42, item 6).
+# What the probed process does at exit (``a``: the answer's path).
+FIFOS = {
+    "answer": "os.unlink(a); os.mkfifo(a)",
+    "answer, exit 3": "os.unlink(a); os.mkfifo(a); os._exit(3)",
+    "stderr, no answer": "os.unlink(a); e = os.path.join(os.path.dirname(a), 'stderr'); os.unlink(e); "
+    "os.mkfifo(e); os._exit(3)",
+    "answer links to a FIFO": "os.mkfifo(a + '.fifo'); os.unlink(a); os.symlink(a + '.fifo', a)",
+}
+
+
+@pytest.mark.parametrize("fifo", sorted(FIFOS))
+def test_a_fifo_left_by_the_probed_process_is_refused_not_waited_on(
+    tmp_path: Path, patches, fifo, monkeypatch
+):
+    import tempfile
+    import threading
+
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_fifo.py").write_text(
+        f"import os, sys\ndef at_exit():\n    if sys.argv[0] == '-c' and len(sys.argv) > 1:\n"
+        f"        a = sys.argv[1]; {FIFOS[fifo]}\n"
+    )
+    (site / "zz_fifo.pth").write_text("import atexit, zz_fifo; atexit.register(zz_fifo.at_exit)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    found: dict = {}
+    worker = threading.Thread(target=lambda: found.update(files.probe(str(python), timeout=60)), daemon=True)
+    worker.start()
+    worker.join(90)
+    assert not worker.is_alive(), "status waits on a FIFO"
+    assert found["ran"] is False, found
+    assert list(scratch.iterdir()) == []  # its temporary directory is gone
+
+
+# What an environment may print on stdout at exit, in every process (a .pth's atexit handler), and
+# what --json's stdout must still be: the document alone (issue 42, item 11).
+EXIT_NOISE = {
+    "print": "atexit.register(print, 'noise at exit')",
+    "no newline": "atexit.register(lambda: sys.stdout.write('{\"noise\": 1}'))",
+    "fd 1": "atexit.register(lambda: os.write(1, b'raw noise\\n'))",
+    "__stdout__": "atexit.register(lambda: print('x' * 100000, file=sys.__stdout__))",
+}
+
+
+@pytest.mark.parametrize("noise", sorted(EXIT_NOISE))
+def test_json_stdout_holds_the_document_alone_whatever_prints_at_exit(tmp_path: Path, patches, noise):
+    python = hooked_venv(tmp_path, patches)
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    (site / "zz_noise.pth").write_text(f"import atexit, os, sys; {EXIT_NOISE[noise]}\n")
+    for args in (["status", "--target", str(site)], ["status", "--target", str(tmp_path / "nowhere")]):
+        result = subprocess.run(
+            [str(python), "-m", "ascend_env", *args, "--json", "--patches-dir", str(patches)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "noise" not in result.stdout and "xxxx" not in result.stdout, result.stdout[-300:]
+        document = json.loads(result.stdout)  # one JSON document, nothing after it
+        assert isinstance(document, dict) and "ok" in document
+    # without --json, stdout is the program's: the noise stays where the environment put it
+    text = subprocess.run(
+        [str(python), "-m", "ascend_env", "status", "--target", str(site), "--patches-dir", str(patches)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "noise" in text.stdout or "xxxx" in text.stdout
+
+
+def test_a_drifted_status_says_why_not_drifted_twice(site, patches):
+    # "status: drifted: drifted" (issue 42, item 12): the verdict's cause is words, not the status.
+    assert (
+        run_cli(
+            "install", "--target", str(site), "--patches", "always", "--patches-dir", str(patches)
+        ).returncode
+        == 0
+    )
+    pip_reinstall_ascend_env(site, "0.2.0")
+    status = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
+    last = status.stdout.splitlines()[-1]
+    assert status.returncode == 1 and last.startswith("status: drifted: "), status.stdout
+    assert last != "status: drifted: drifted" and "changed since" in last
+    for line in status.stdout.splitlines():
+        _, _, cause = line.partition(": ")
+        verdict, _, why = cause.partition(": ")
+        assert not (line.startswith("status: ") and why == verdict), line

@@ -43,3 +43,27 @@ def test_no_recursion_error_escapes_with_few_frames_left():
         return near_the_limit(depth + 1)
 
     assert near_the_limit(len(__import__("inspect").stack()))
+
+
+def test_read_regular_reads_only_regular_files_and_never_blocks(tmp_path):
+    import errno
+    import os
+
+    from ascend_env.utils.jsontext import read_regular
+
+    good = tmp_path / "good.json"
+    good.write_bytes(b"x" * 3000)
+    assert read_regular(good) == b"x" * 3000 and read_regular(good, 10) == b"x" * 10
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    for path in (fifo, tmp_path, "/dev/null"):
+        with pytest.raises(OSError) as raised:
+            read_regular(path)
+        assert raised.value.errno in (errno.EINVAL, errno.EISDIR), path
+    with pytest.raises(OSError):  # a link is not followed unless asked
+        read_regular(link)
+    assert read_regular(link, follow=True) == b"x" * 3000
+    with pytest.raises(FileNotFoundError):
+        read_regular(tmp_path / "missing")

@@ -8,6 +8,7 @@ import pytest
 from ascend_env.checks import audit_text, process_reports
 from ascend_env.checks.findings import Outcome, findings_from
 from ascend_env.sim.reports import ProcessReport
+from ascend_env.utils import proctree
 
 
 @pytest.mark.parametrize(
@@ -67,4 +68,8 @@ def test_what_the_reporter_writes_is_read_as_written(tmp_path):
         {"pid": 3},
         {"pid": 5, "fallbacks": {"aten::isin": 2}, "future_key": [1]},
     ]
-    assert process_reports.reported_pids(tmp_path) == {3, 4, 5}
+    assert process_reports.reported_images(tmp_path) == proctree.Reported()  # not named by image
+    (tmp_path / "6-100-2-ab12.json").write_text('{"pid": 6}')
+    (tmp_path / "6-100-1-cd34.exec").write_text('{"pid": 6}')
+    (tmp_path / "7-1-x-cd34.exec").write_text("{}")
+    assert process_reports.reported_images(tmp_path) == proctree.Reported({(6, 100, 2)}, {(6, 100, 1)})

@@ -34,11 +34,15 @@ def test_a_process_that_reported_before_it_was_met_still_has_its_command_line():
     child = subprocess.Popen(argv, stdin=subprocess.PIPE)
     try:
         tree = proctree.Tree(os.getpid())
-        tree.poll(reported={child.pid})
+        reported = proctree.Reported(frozenset({(child.pid, proctree.start_time(child.pid) or 0, 0)}))
+        tree.poll(reported)
         member = tree.members[child.pid]
         assert member.argv == argv and member.python
         member.argv = ["changed"]
-        tree.poll(reported={child.pid})
+        tree.poll(reported)
         assert member.argv == ["changed"]  # a reporter's program is not read again
+        # ... until it runs exec (the image's generation then has an exec marker)
+        tree.poll(proctree.Reported(reported.reports, reported.reports))
+        assert member.argv == argv and len(member.images) == 2
     finally:
         child.communicate(b"")

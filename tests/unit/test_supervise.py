@@ -87,7 +87,7 @@ def test_reported_pids_are_asked_at_each_poll(tmp_path):
         environment(tmp_path),
         tmp_path,
         VARIABLE,
-        reported=lambda: asked.append(1) or set(),
+        reported=lambda: asked.append(1) or proctree.Reported(),
     )
     assert len(asked) >= 2
 

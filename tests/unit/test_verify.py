@@ -4,6 +4,7 @@ codes with a torch that cannot be imported (which also proves the parent never i
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import subprocess
@@ -736,3 +737,64 @@ def test_a_hook_record_without_polar_fails():
     assert failed(judged(good_report(hook=hook))) == {
         "hook": "polar, polar.out: neither native nor registered by the hook"
     }
+
+
+# On a machine with an NPU and an environment without torch_npu, auto fails (issue 42, item 7).
+NPU_SMI_910B3 = """\
++------------------------------------------------------------------------------------------------+
+| npu-smi 23.0.0                   Version: 23.0.0                                               |
++---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 93.2        38                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3161 / 65536         |
++===========================+===============+====================================================+
+"""
+
+
+@pytest.mark.parametrize("machine_kind", ["davinci0", "npu-smi 910B3"])
+def test_auto_on_an_npu_machine_without_torch_npu_fails(machine_kind, tmp_path, monkeypatch):
+    from ascend_env.detect import machine
+
+    if importlib.util.find_spec("torch_npu") is not None:  # pragma: no cover - an NPU test box
+        pytest.skip("torch_npu is installed here")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    if machine_kind == "davinci0":
+        (dev / "davinci0").write_text("")
+    real = machine.has_npu
+    monkeypatch.setattr(machine, "has_npu", lambda: real(dev, lambda: NPU_SMI_910B3))
+    result = verify.verify(verify.Options(python=sys.executable)).to_dict()
+    assert not result["ok"] and verify_text.exit_code(result) == 1
+    assert result["device"] == "npu" and result["simulator_reason"] is None  # never the simulator
+    device = next(c for c in result["checks"] if c["name"] == "device")
+    assert (
+        "this machine has an NPU (" in device["detail"] and "torch_npu is not installed" in device["detail"]
+    )
+    assert "--device sim" in device["fix"] and "install torch_npu here" in device["fix"]
+    assert verify_text.format_text(result).startswith("verify: FAILED on this machine's NPU")
+
+
+@pytest.mark.parametrize("npu", [False, True])
+def test_auto_asks_the_machine_before_it_runs_the_smoke_test(npu, monkeypatch):
+    from ascend_env.detect import machine
+
+    asked = []
+
+    def fake_smoke(options, device, steps, env, imports=smoke.IMPORTS[0]):
+        asked.append(device)
+        report = (
+            {"simulator_reason": "torch_npu is not installed"}
+            if device == "auto"
+            else {"device_error": "ModuleNotFoundError: No module named 'torch_npu'"}
+        )
+        return Smoke(device, list(steps), report)
+
+    monkeypatch.setattr(machine, "has_npu", lambda: (npu, "/dev/davinci0 exists" if npu else "none"))
+    monkeypatch.setattr(verify, "run_smoke", fake_smoke)
+    runs, reason = verify._run_all(verify.Options(python=sys.executable), {})
+    if npu:
+        assert asked == ["npu"] and reason is None and runs[0].report["npu_machine"] == "/dev/davinci0 exists"
+    else:  # no NPU: the simulator, as before
+        assert asked[0] == "auto" and reason == "torch_npu is not installed"

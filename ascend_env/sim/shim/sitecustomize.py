@@ -28,8 +28,19 @@ def _unaudited(reports: str, why: str) -> None:
     """Tell the audit that this process runs outside the simulator, and why."""
     import json
 
-    data = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "unaudited": why}
-    path = os.path.join(reports, f"{os.getpid()}-{os.urandom(4).hex()}.json")
+    pid = os.getpid()
+    data = {"pid": pid, "ppid": os.getppid(), "argv": sys.argv, "unaudited": why}
+    # Named as ascend_env._audited names a report: the process image (pid, start, exec generation).
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            start = int(stat.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        start = 0
+    words = os.environ.get("ASCEND_ENV_AUDIT_EXEC", "").split("-")
+    generation = (
+        int(words[2]) if len(words) == 3 and words[:2] == [str(pid), str(start)] and words[2].isdigit() else 0
+    )
+    path = os.path.join(reports, f"{pid}-{start}-{generation}-{os.urandom(4).hex()}.json")
     try:
         with open(path + ".tmp", "w", encoding="ascii") as out:
             json.dump(data, out)

@@ -347,9 +347,58 @@ def test_an_adoption_killed_at_any_write_is_finished_by_the_next_run(site, patch
         assert {e.path: e.before for e in state.entries}[OWN] is not None
     restored = cli(site, patches, "restore")
     assert restored.returncode == 0, restored.stderr
-    # Killed before its journal, the adoption never happened: restore has nothing to go by, and
-    # leaves the tree as the lost state left it; else it restores the tree pip left.
-    after = snapshot(site)
-    early = point in ("blob", "blobs", "journal-temp") and then == "restore"
-    assert after == (lost if early else pristine)
+    # Killed before its journal, the adoption never happened: restore has no state to go by, and
+    # removes the hook files it recognises (and their RECORD rows); else it restores from the
+    # state. Either way, the tree pip left.
+    assert snapshot(site) == pristine
     assert find_distribution(site, "ascend-env") is not None
+
+
+# restore right after the recovery it advises: it removes the hook files it recognises (issue 42, 5).
+@pytest.mark.parametrize("mode", ["--patches=always", "--hook-only"])
+@pytest.mark.parametrize("reinstalled", [True, False], ids=["transformers reinstalled", "state lost only"])
+def test_restore_after_the_advised_recovery_removes_the_hook(site, patches, mode, reinstalled):
+    pristine = snapshot(site)
+    assert cli(site, patches, "install", mode).returncode == 0
+    if reinstalled:
+        reinstall_transformers(site)
+    lose_state(site)
+    restored = cli(site, patches, "restore", "--json")
+    assert restored.returncode == 0, restored.stderr
+    report = json.loads(restored.stdout)
+    assert report["result"] == "restored"
+    assert {f["path"] for f in report["files"]} >= {*files.files(), *files.bytecode()}
+    after = snapshot(site)
+    assert not any(name in after for name in files.files())  # the hook is gone
+    assert after[OWN] == pristine[OWN]  # ascend-env's RECORD as pip wrote it, never removed
+    if reinstalled or mode == "--hook-only":
+        assert after == pristine
+    status = cli(site, patches, "status", "--json")
+    assert json.loads(status.stdout)["status"] not in ("hook only", "drifted"), status.stdout
+    assert cli(site, patches, "restore").stdout.startswith("nothing to restore")
+
+
+def test_restore_without_a_state_leaves_files_that_are_not_the_hooks(site, patches):
+    pristine = snapshot(site)
+    (site / files.MODULE_FILE).write_text("# someone else's module of that name\n")
+    (site / files.PTH_FILE).write_text("import os\n")
+    restored = cli(site, patches, "restore")
+    assert restored.returncode == 0 and restored.stdout.startswith("nothing to restore"), restored.stdout
+    after = snapshot(site)
+    assert after[files.MODULE_FILE] == b"# someone else's module of that name\n" and files.PTH_FILE in after
+    assert {k: v for k, v in after.items() if k not in (files.MODULE_FILE, files.PTH_FILE)} == pristine
+
+
+def test_restore_after_a_hook_only_install_without_transformers_and_a_lost_state(tmp_path, patches):
+    site = site_with_ascend_env(tmp_path)
+    for name in ("transformers", "transformers-4.46.3.dist-info"):
+        shutil.rmtree(site / name)
+    pristine = snapshot(site)
+    before = json.loads(cli(site, patches, "status", "--json").stdout)["status"]
+    assert cli(site, patches, "install", "--hook-only").returncode == 0
+    lose_state(site)
+    assert json.loads(cli(site, patches, "status", "--json").stdout)["status"] == "hook only"
+    restored = cli(site, patches, "restore")
+    assert restored.returncode == 0 and restored.stdout.startswith("restored"), restored.stdout
+    assert snapshot(site) == pristine
+    assert json.loads(cli(site, patches, "status", "--json").stdout)["status"] == before != "hook only"

@@ -8,6 +8,8 @@ import difflib
 import hashlib
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -440,3 +442,80 @@ def test_signatures_and_directory_entries_of_a_released_wheel_pass(tmp_path, pat
     rewrite(original, add=[(f"{INFO}/RECORD.jws", b"{}"), (zipfile.ZipInfo("transformers/"), b"")])
     result = patch_wheel(original, tmp_path / "out", directory=patches)
     assert not any(name.endswith("RECORD.jws") for name in read(result.path))
+
+
+# An encrypted member, or a name flagged UTF-8 that is not, was a traceback (issue 42, item 8).
+def set_flag(wheel: Path, member: str, bit: int) -> None:
+    """Set general purpose flag ``bit`` of ``member`` in its local header and its central
+    directory entry (what a zip tool writes for an encrypted member)."""
+    raw = bytearray(wheel.read_bytes())
+    name = member.encode()
+    at = 0
+    while True:
+        at = raw.find(b"PK\x03\x04", at)
+        if at < 0:
+            break
+        if raw[at + 30 : at + 30 + len(name)] == name:
+            raw[at + 6] |= bit
+        at += 4
+    at = 0
+    while True:
+        at = raw.find(b"PK\x01\x02", at)
+        if at < 0:
+            break
+        if raw[at + 46 : at + 46 + len(name)] == name:
+            raw[at + 8] |= bit
+        at += 4
+    wheel.write_bytes(bytes(raw))
+
+
+def bad_utf8_name(wheel: Path) -> None:
+    """Add a member named with an é (written as UTF-8, flag bit 11 set), then make its name's
+    bytes in both headers not UTF-8."""
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("transformers/caf\u00e9.py", b"x = 1\n")
+    wheel.write_bytes(wheel.read_bytes().replace(b"caf\xc3\xa9.py", b"caf\xff\xfe.py"))
+
+
+BROKEN = {
+    "the target encrypted": lambda wheel: set_flag(wheel, TARGET, 0x1),
+    "a streamed member encrypted": lambda wheel: set_flag(wheel, "transformers/__init__.py", 0x1),
+    "RECORD encrypted": lambda wheel: set_flag(wheel, f"{INFO}/RECORD", 0x1),
+    "a name marked UTF-8 that is not": bad_utf8_name,
+}
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_an_encrypted_member_or_a_bad_utf8_name_is_refused(
+    tmp_path, patches, original, capsys, case, json_out
+):
+    BROKEN[case](original)
+    out = tmp_path / "out"
+    argv = ["patch-wheel", str(original), "-o", str(out), "--patches-dir", str(patches)]
+    assert main([*argv, "--json"] if json_out else argv) == 2
+    captured = capsys.readouterr()
+    if json_out:
+        report = json.loads(captured.out)
+        problem = report["problem"]
+        assert report["ok"] is False and report["fix"].startswith("download the release again")
+    else:
+        problem = captured.err
+        assert "Traceback" not in captured.err and "fix: download the release again" in captured.err
+    assert f"{original} is not the transformers 1.0.0 wheel as released: " in problem
+    assert ("is encrypted" in problem) == ("encrypted" in case) and "nothing was written" in problem
+    if "UTF-8" in case:
+        assert "a member's name is marked UTF-8 but is not" in problem
+    assert not out.exists()
+
+
+# The patched wheel was 0600 whatever the umask (issue 42, item 12): it is made to be shared.
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_the_patched_wheel_has_the_mode_the_umask_gives(tmp_path, patches, original, umask):
+    before = os.umask(umask)
+    try:
+        result = patch_wheel(original, tmp_path / "out", directory=patches)
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o666 & ~umask
+    assert os.umask(before) == before  # the umask is as it was
