@@ -145,7 +145,10 @@ def _process_checks(smoke: Smoke) -> List[Check]:
         )
     elif "error" in smoke.report:
         error = smoke.report["error"]
-        checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
+        if error.get("environment") and error.get("fix"):  # raised on purpose: its problem and fix
+            checks.append(Check.failed("smoke test", str(error["problem"]), str(error["fix"])))
+        else:
+            checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
     if "torch_error" in smoke.report:
         checks.append(_torch_check(smoke.report["torch_error"]))
     if "device_error" in smoke.report:
@@ -279,7 +282,11 @@ def _hook_check(runs: Sequence[Smoke], installation: Installation) -> Check:
         return failed
     heard = [smoke for smoke in runs if "hook" in smoke.report]
     if not heard:
-        return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
+        if any("error" in smoke.report for smoke in runs):
+            why = "the smoke test stopped before it took the hook's record"
+        else:
+            why = "the NPU backend did not start"
+        return Check.failed("hook", f"not checked: {why}", "see the checks above")
     registered: List[str] = []
     paths: List[str] = []
     untried: List[str] = []

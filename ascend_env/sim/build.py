@@ -112,7 +112,7 @@ def ensure_built() -> Path:
     """
     target_dir = build_dir()
     library = target_dir / LIBRARY_NAME
-    if library.exists():
+    if _exists(library):
         _check_ancestors(cache_root())
         _check_private(cache_root(), target_dir, library)
         return library
@@ -137,6 +137,28 @@ def ensure_built() -> Path:
             _compile(partial, target_dir / "build.log")
             os.chmod(partial, 0o755)
     return library
+
+
+def _exists(library: Path) -> bool:
+    """Whether the cached library is there; a cache this user cannot read (another user's, built
+    under sudo or through a shared ASCEND_ENV_CACHE_DIR) is an :class:`EnvironmentProblem`."""
+    try:
+        return library.exists()
+    except OSError as exc:
+        owner = next((f" (it belongs to uid {p.stat().st_uid})" for p in library.parents if _stats(p)), "")
+        raise EnvironmentProblem(
+            f"the simulated NPU's build cache {library.parent} cannot be read by this user (uid "
+            f"{os.geteuid()}): {exc.strerror}{owner}; another user built it.",
+            _PRIVATE_FIX,
+        ) from None
+
+
+def _stats(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:
+        return False
+    return True
 
 
 def _compile(output: Path, log: Path) -> None:

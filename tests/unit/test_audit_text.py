@@ -69,6 +69,19 @@ def test_the_last_line_states_the_verdict_and_its_cause():
     assert audit_text.verdict(failed).code == 1
 
 
+def test_a_pass_under_other_findings_says_what_it_did_not_find():
+    """--fail-on syncs alone passes a run whose ops fell back: its last line must not say that
+    nothing fell back."""
+    done = {"how": "exit"}
+    fell_back = findings_from("2.1.0.post6", ["x"], Outcome(10, 0), [report(10, {ISIN: 1}, done)])
+    assert audit_text.verdict(fell_back, ("64bit",)) == (
+        0,
+        "audit passed on torch_npu 2.1.0.post6 (--fail-on 64bit): no 64-bit warnings in 1 audited "
+        "Python process",
+    )
+    assert audit_text.verdict(fell_back, ("fallbacks",)).code == 1
+
+
 def test_a_long_list_of_abnormal_endings_is_cut_in_text_only():
     reports = [report(10, end={"how": "exit"})] + [report(pid) for pid in range(11, 26)]
     findings = findings_from("t", ["x"], Outcome(10, 0), reports)

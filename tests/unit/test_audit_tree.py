@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import sim
+from ascend_env import origin, sim
 from ascend_env.checks import audit, process_reports, tables
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem
@@ -118,6 +118,14 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     assert code == 1
     (found,) = report["unaudited"]
     assert "cannot import ascend_env (broken on purpose)" in found["why"]
+    # Its fix is that Python's, not -I, -E, -S or PYTHONPATH (another interpreter first on PATH, say).
+    code = main(["audit", "--torch-npu", "2.4.0", "--", "env", path, PY, "-c", "pass"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        "audit failed on torch_npu 2.4.0: 1 Python process ran unaudited; fix: run the command with a "
+        f"Python that has ascend-env (this one: {sys.executable}), or install ascend-env into {PY}: "
+        f"{origin.install_command(PY)}"
+    )
 
 
 def test_forked_children_inherit_the_audit():

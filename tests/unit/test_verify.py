@@ -406,6 +406,56 @@ def test_broken_torch_and_missing_report_fail():
     assert "exited -11 without a report" in failed(crashed)["smoke test"]
 
 
+def stopped(error: Dict[str, Any]) -> Dict[str, Any]:
+    """The verdict on a smoke test that stopped with ``error`` before the backend started."""
+    report = {"silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": []}
+    return judged({**report, "error": error})
+
+
+def test_a_smoke_test_that_stopped_says_so_not_that_the_backend_did_not_start():
+    result = stopped({"type": "RuntimeError", "problem": "boom", "fix": None, "environment": False})
+    checks = {check["name"]: check for check in result["checks"]}
+    assert checks["smoke test"]["detail"] == "RuntimeError: boom"
+    assert checks["smoke test"]["fix"].startswith("report it")  # a bug of ours: report it
+    assert checks["hook"]["detail"] == "not checked: the smoke test stopped before it took the hook's record"
+    report = {"silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": []}
+    no_torch = judged({**report, "torch_error": "ImportError: no torch"})
+    assert failed(no_torch)["hook"] == "not checked: the NPU backend did not start"
+
+
+def test_an_environment_problem_in_a_smoke_test_keeps_its_own_fix():
+    result = stopped(
+        {
+            "type": "EnvironmentProblem",
+            "problem": "the cache is not yours.",
+            "fix": "set X",
+            "environment": True,
+        }
+    )
+    check = {check["name"]: check for check in result["checks"]}["smoke test"]
+    assert (check["detail"], check["fix"]) == ("the cache is not yours.", "set X")
+
+
+def test_a_python_without_transformers_exits_2_with_its_fix(tmp_path):
+    """torch imports, transformers is not installed: the smoke test says so before the simulator
+    starts (not a ModuleNotFoundError to report)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed in this Python")
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("")
+    code, out, err, _ = run_verify("--simulate", "--json", env={"PYTHONPATH": str(fake)})
+    assert code == 2, err
+    result = json.loads(out)
+    assert result["error"] == "EnvironmentProblem"
+    assert result["problem"].startswith("transformers is not installed for ")
+    assert "reaches torch_npu through transformers' check and runs its generate()" in result["problem"]
+    assert result["fix"].startswith("install the transformers your programs run (pip install transformers;")
+    assert "[sim]" in result["fix"] and "report it" not in result["fix"]
+
+
 def test_a_second_process_is_judged_with_the_first():
     first = good_report()
     first["backend"]["fallback_disable"] = True
