@@ -7,6 +7,7 @@ report's lines about them. The model itself runs in the audited processes
 from __future__ import annotations
 
 import collections
+import difflib
 import os
 from typing import Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, TypedDict
 
@@ -121,8 +122,10 @@ def parse_fail_on(text: Optional[str]) -> Tuple[str, ...]:
     chosen = tuple(part.strip().lower() for part in text.split(",") if part.strip())
     bad = [part for part in chosen if part not in FAIL_ON]
     if bad or not chosen:
+        meant = [close for part in bad for close in difflib.get_close_matches(part, FAIL_ON, n=1, cutoff=0.6)]
         raise UsageError(
             f"--fail-on {text!r}: unknown finding{'s' if len(bad) != 1 else ''} {', '.join(map(repr, bad))}."
+            + (f" Did you mean {', '.join(map(repr, meant))}?" if meant else "")
             if bad
             else "--fail-on needs at least one finding.",
             "use a comma-separated list of " + ", ".join(FAIL_ON) + " (e.g. --fail-on fallbacks,compiles)",
@@ -144,7 +147,11 @@ def choose_soc(
         return {"name": socs.canonical(soc), "assumed": False, "from": "--soc"}
     chosen = environ.get(MACHINE_SOC_ENV)
     if chosen:
-        return {"name": socs.canonical(chosen), "assumed": False, "from": f"${MACHINE_SOC_ENV}"}
+        return {
+            "name": socs.canonical(chosen, MACHINE_SOC_ENV),
+            "assumed": False,
+            "from": f"${MACHINE_SOC_ENV}",
+        }
     found, source = machine.machine_soc(environ, npu_smi)
     if found is not None:
         return {"name": found, "assumed": False, "from": source}

@@ -615,6 +615,20 @@ def test_usage_errors_exit_2(args, needle):
     assert needle in err
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        ([], {"ASCEND_ENV_SOC": "garbage"}, "unknown Ascend SoC 'garbage' in $ASCEND_ENV_SOC."),
+        (["--soc", "91OB"], {}, "unknown Ascend SoC '91OB'. Did you mean '910B'?"),
+    ],
+)
+def test_an_unknown_soc_fails_before_the_smoke_test(args, env, said):
+    code, out, err, _ = run_verify("--simulate", *args, env=env)
+    assert code == 2 and out == ""
+    assert err.splitlines()[0] == f"ascend-env: {said}", err
+    assert "smoke test" not in err  # nothing ran first
+
+
 def test_a_python_without_ascend_env_exits_2(tmp_path):
     wrapper = tmp_path / "python"
     # -S: no site-packages; -E: no PYTHONPATH. Nothing but the standard library is importable.
