@@ -457,9 +457,11 @@ def run(
         report["compile"] = _compile_record(torch, backend, unmodelled)
 
 
-def _require_transformers() -> None:
+def _require_transformers(recorded: Optional[Installation] = None) -> None:
     """The generate() step and transformers' import order need transformers: where it is not
-    installed, say so (and how to install it) before the backend starts."""
+    installed, say so (and how to install it) before the backend starts; where ascend-env still
+    records patches of a transformers uninstalled since (``recorded``, :func:`installation`'s),
+    what status says to run too."""
     if importlib.util.find_spec("transformers") is not None:
         return
     import shlex
@@ -468,11 +470,17 @@ def _require_transformers() -> None:
     from ascend_env.exceptions import EnvironmentProblem
 
     extra = shlex.quote(f"{origin.source() or origin.PLACEHOLDER}[sim]")
+    fix = (
+        "install the transformers your programs run (pip install transformers; on a machine with only "
+        f"Python, the sim extra brings 4.46.3: pip install {extra}), then verify again"
+    )
+    patches = (recorded or {}).get("patches") or {}
+    if patches.get("status") == "transformers removed" and patches.get("run"):
+        fix += f"; where it is gone for good: {patches['run']}"
     raise EnvironmentProblem(
         f"transformers is not installed for {sys.executable}: the smoke test reaches "
         "torch_npu through transformers' check and runs its generate().",
-        "install the transformers your programs run (pip install transformers; on a machine with only "
-        f"Python, the sim extra brings 4.46.3: pip install {extra}), then verify again",
+        fix,
     )
 
 
@@ -500,7 +508,7 @@ def _start_backend(
         report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
         return None
     if generate:
-        _require_transformers()
+        _require_transformers(report.get("installation"))
     return _start_simulator(torch_npu, order)
 
 

@@ -12,6 +12,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ascend_env import states
 from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.checks.smoke_report import (
     Backend,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ascend_env.hook.runtime import HookStatus
 
 __all__ = [
-    "BROKEN_PATCH_STATES",
     "IMPORT_WORDS",
     "LOW_PERFORMANCE_64BIT",
     "fallback_lines",
@@ -34,9 +34,6 @@ __all__ = [
     "judge",
     "refused_ops",
 ]
-
-# Patch states that mean generation may fall back again (``install.status``'s words).
-BROKEN_PATCH_STATES = ("drifted", "interrupted", "partly applied", "conflict")
 
 _LINE = re.compile(
     r"CAUTION: The operator '([^']+)' is not currently supported on the NPU backend and will fall back"
@@ -262,7 +259,7 @@ def _patches_check(installation: Installation) -> Check:
         f"transformers {patches.get('transformers') or '(not installed)'} in "
         f"{installation.get('site_packages')}"
     )
-    if status in BROKEN_PATCH_STATES:
+    if status in states.BROKEN:  # status exits 1 and asks the user to act: so does verify
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
         command = "install (re-applies)" if status == "drifted" else "status"
         return Check.failed(

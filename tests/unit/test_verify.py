@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typed_reports import unknown_keys
 
+from ascend_env import states
 from ascend_env.checks import smoke, verdict, verify, verify_result, verify_text
 from ascend_env.checks.smoke_report import SmokeReport
 from ascend_env.checks.verify_result import Smoke
@@ -252,13 +253,19 @@ def test_other_fallbacks_are_findings_unless_strict():
     assert verify_text.exit_code(strict) == 1 and list(failed(strict)) == ["strict"]
 
 
-@pytest.mark.parametrize("status", verdict.BROKEN_PATCH_STATES)
+@pytest.mark.parametrize("status", states.BROKEN)
 def test_broken_patch_states_fail(status):
+    """Every state in which status exits 1 and asks the user to act ("transformers removed"
+    included: verify once kept a list of its own without it)."""
     report = good_report()
-    report["installation"]["patches"].update(status=status, code=1, drift=["transformers/x.py changed"])
+    report["installation"]["patches"].update(
+        status=status, code=1, drift=["transformers/x.py changed"], run="python -m ascend_env restore"
+    )
     result = judged(report)
     assert list(failed(result)) == ["patches"]
     assert failed(result)["patches"].startswith(status)
+    fix = {check["name"]: check["fix"] for check in result["checks"]}["patches"]
+    assert "python -m ascend_env restore" in fix
 
 
 def test_patches_not_applied_pass_when_the_hook_works():
@@ -454,6 +461,20 @@ def test_a_python_without_transformers_exits_2_with_its_fix(tmp_path):
     assert "reaches torch_npu through transformers' check and runs its generate()" in result["problem"]
     assert result["fix"].startswith("install the transformers your programs run (pip install transformers;")
     assert "[sim]" in result["fix"] and "report it" not in result["fix"]
+
+
+def test_transformers_removed_after_install_says_what_status_says_to_run(monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+
+    monkeypatch.setattr(smoke.importlib.util, "find_spec", lambda name, *a: None)
+    run = "python -m ascend_env restore (removes that record and the startup hook)"
+    recorded = {"patches": {"status": "transformers removed", "code": 1, "run": run}}
+    with pytest.raises(EnvironmentProblem) as caught:
+        smoke._require_transformers(recorded)
+    assert caught.value.fix.endswith(f"then verify again; where it is gone for good: {run}")
+    with pytest.raises(EnvironmentProblem) as plain:
+        smoke._require_transformers({"patches": {"status": "nothing to do", "code": 0}})
+    assert "gone for good" not in plain.value.fix
 
 
 def test_a_second_process_is_judged_with_the_first():
