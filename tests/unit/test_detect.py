@@ -141,12 +141,14 @@ def test_old_torch_npu_falls_back(tmp_path, site):
 
 
 def test_the_op_lists_are_read_once_and_isin_says_what_the_fixes_say(tmp_path, site, monkeypatch):
-    from ascend_env.detect import report as report_module
+    from ascend_env.detect import npu_oplists
 
     install_torch_npu(site)
     reads = []
-    real = report_module.read_torch_npu
-    monkeypatch.setattr(report_module, "read_torch_npu", lambda path: reads.append(path) or real(path))
+    real = npu_oplists.read_torch_npu
+    monkeypatch.setattr(
+        "ascend_env.detect.report.read_torch_npu", lambda path: reads.append(path) or real(path)
+    )
     found = run(tmp_path, site)
     assert len(reads) == 1
     isin = next(fix for fix in found.fixes if fix.op == "isin")
