@@ -62,7 +62,10 @@ def _fixed_families() -> Tuple[str, ...]:
     return families()
 
 
-_FIX_INSTALL = "python -m ascend_env install (patches and the startup hook), then verify again"
+_FIX_INSTALL = (
+    "python -m ascend_env install (the startup hook; the patches too where torch_npu has no NPU isin), "
+    "then verify again"
+)
 _FIX_HOOK = "python -m ascend_env install (or --hook-only), then verify again"
 _FIX_REPORT = "report it, with the output of: python -m ascend_env verify --json"
 

@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--torch-npu",
         metavar="VERSION",
         help="simulate this torch_npu release's op table (implies --simulate; default: the installed "
-        "torch_npu's op lists, else the newest known release)",
+        "torch_npu's op lists, else the oldest known release, which lacks what the affected releases lack)",
     )
     parser.add_argument(
         "--soc",

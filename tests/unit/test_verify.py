@@ -650,6 +650,23 @@ def test_an_unknown_soc_fails_before_the_smoke_test(args, env, said):
     assert "smoke test" not in err  # nothing ran first
 
 
+def test_the_help_names_the_table_verify_runs_by_default():
+    """Without torch_npu and --torch-npu, the oldest release's table (which lacks what the affected
+    releases lack), as --help says: it once said the newest."""
+    import importlib.util
+
+    from ascend_env.checks import tables
+    from ascend_env.cli import build_parser
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed: its own op lists are the default")
+    assert tables.choose_table(None).chosen == "oldest"
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = " ".join(subparsers.choices["verify"].format_help().split())
+    assert "else the oldest known release, which lacks what the affected releases lack" in help_text
+    assert "newest" not in help_text
+
+
 def test_a_python_without_ascend_env_exits_2(tmp_path):
     wrapper = tmp_path / "python"
     # -S: no site-packages; -E: no PYTHONPATH. Nothing but the standard library is importable.
