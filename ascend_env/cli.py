@@ -106,7 +106,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 _UNRECOGNIZED = "unrecognized arguments: "
-# Python 3.8 to 3.12.7 quote the choices ('a', 'b'); later releases do not (a, b).
+# argparse quotes the choices ('a', 'b'); some newer Pythons do not (a, b): both are read.
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
 
 
