@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -56,6 +57,11 @@ ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
     ("ASCEND_ENV_DISABLE", "1: the startup hook does nothing in this process"),
     (progress.VARIABLE, "-1 quiet, 0 (default) or 1 verbose progress on stderr; -q and -v set it"),
     ("ASCEND_HOME_PATH", "the CANN toolkit (set by CANN's set_env.sh)"),
+    (
+        "ASCEND_TOOLKIT_HOME",
+        "the CANN toolkit where ASCEND_HOME_PATH is unset (set by CANN's set_env.sh too); its binary "
+        "kernels decide the compile-mode guard",
+    ),
     ("CXX", "the C++ compiler that builds the simulated NPU's backend (default: c++, g++, clang++)"),
     ("NO_COLOR", "set: no dimmed progress lines on a terminal"),
 )
@@ -71,14 +77,61 @@ def _load(name: str) -> ModuleType:
     return _command_module(name)
 
 
+class _ArgumentError(UsageError):
+    """argparse's usage error, with the usage text that precedes it on stderr (not with --json)."""
+
+    def __init__(self, problem: str, fix: str, usage: str, prog: str) -> None:
+        super().__init__(problem, fix)
+        self.usage = usage
+        self.prog = prog
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**super().to_dict(), "error": UsageError.__name__}
+
+    def text(self) -> str:
+        return f"{self.usage}{self.prog}: error: {self.problem}\n  fix: {self.fix}\n"
+
+
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors exit 2 and say where the help is."""
+    """An ArgumentParser whose usage errors exit 2 (through :func:`main`, which honours --json),
+    say where the help is, and suggest the option or value meant where one is spelt alike."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
         name = self.prog.partition(" ")[2]
         where = f"'ascend-env help {name}'" if name else "'ascend-env --help'"
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n  fix: see {where}\n")
+        meant = _meant(message, list(self._option_string_actions))
+        if meant:
+            message += f". Did you mean {meant!r}?"
+        raise _ArgumentError(message, f"see {where}", self.format_usage(), self.prog)
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
+# argparse quotes the choices ('a', 'b'); some newer Pythons do not (a, b): both are read.
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
+
+
+def _meant(message: str, options: Sequence[str]) -> Optional[str]:
+    """The option (of ``options``) or the value meant by the argparse error ``message``, where one
+    is spelt alike: ``--torch_npu`` for ``--torch-npu``, ``sim`` for ``simm``; else None."""
+    if message.startswith(_UNRECOGNIZED):
+        long_options = [option for option in options if option.startswith("--")]
+        for word in message[len(_UNRECOGNIZED) :].split():
+            if not word.startswith("--"):
+                continue
+            typed = word.partition("=")[0]
+            spelt = typed.replace("_", "-").lower()
+            if spelt in long_options:
+                return spelt
+            close = difflib.get_close_matches(typed, long_options, n=1, cutoff=0.8)
+            if close:
+                return close[0]
+        return None
+    found = _INVALID_CHOICE.search(message)
+    if found:
+        choices = [choice.strip().strip("'") for choice in found.group("choices").split(",")]
+        close = difflib.get_close_matches(found.group("value"), choices, n=1, cutoff=0.6)
+        return close[0] if close else None
+    return None
 
 
 class _CommandParser(_Parser):
@@ -191,6 +244,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and return its exit code."""
     args = None
     arguments = list(sys.argv[1:] if argv is None else argv)
+    as_json = _wants_json(arguments)
     try:
         parser = build_parser()
         command, position = _command_word(arguments)
@@ -205,11 +259,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         return int(_load(args.command).run(args))
+    except _ArgumentError as exc:
+        if as_json:
+            return _report_error(exc, as_json=True)
+        sys.stderr.write(exc.text())
+        return exc.exit_code
     except AscendEnvError as exc:
-        return _report_error(exc, as_json=getattr(args, "json", False))
+        return _report_error(exc, as_json=getattr(args, "json", as_json))
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
         return 130
+
+
+def _wants_json(arguments: Sequence[str]) -> bool:
+    """Whether ``--json`` is among the options (not in a command after ``--``): a usage error is
+    then a JSON document on stdout too, as every other error is."""
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    return "--json" in options
 
 
 def _command_word(arguments: Sequence[str]) -> Tuple[Optional[str], int]:

@@ -46,7 +46,7 @@ NOT_APPLIED = "not applied"
 #: The patch states that need the user to act whether or not the hook is installed.
 BROKEN = ("drifted", "partly applied", "conflict", "interrupted", "transformers removed")
 
-INSTALL = "ascend-env install"
+INSTALL = "python -m ascend_env install"
 
 InstallWord = Literal[
     "applied",

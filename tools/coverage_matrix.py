@@ -379,7 +379,7 @@ def render_page(document: Dict[str, Any]) -> str:
         "environment's transformers). Per architecture the table lists the ops that fell back to the",
         "CPU before and after install, how many strategies gave the CPU's tokens on the NPU, and what",
         "could not be compared and why (an error that the CPU run has too, or a model type this",
-        "transformers release lacks).",
+        "transformers release lacks: such a model never ran, and its row shows `-`, not `none`).",
         "",
         "Strategies: " + ", ".join(f"`{name}`" for name in STRATEGIES) + " (`tools/coverage_models.py`).",
         "",
@@ -436,6 +436,9 @@ def render_page(document: Dict[str, Any]) -> str:
             later = after.get(arch_name, {"fallbacks": {}, "strategies": {}})
             compared = [s for s in later["strategies"].values() if not s.startswith("not covered")]
             same = sum(1 for s in compared if s == "same")
+            if arch.get("error"):  # never built: nothing ran, so nothing can read as "none fell back"
+                lines.append(f"| {arch_name} | {arch['category']} | - | - | - | {_not_covered(arch)} |")
+                continue
             lines.append(
                 f"| {arch_name} | {arch['category']} | {_ops(arch['fallbacks'])} | "
                 f"{_ops(later['fallbacks'])} | {same} of {len(compared)} | {_not_covered(arch)} |"

@@ -4,13 +4,24 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
+from ascend_env import origin
 from ascend_env.checks import paths_report
-from ascend_env.checks.findings import Findings, describe_exit, plural
+from ascend_env.checks.findings import Findings, Unaudited, describe_exit, plural
 from ascend_env.checks.tables import AFFECTED
 
-__all__ = ["Verdict", "combined_verdict", "exit_code", "format_text", "header", "verdict"]
+__all__ = [
+    "Verdict",
+    "combined_verdict",
+    "exit_code",
+    "format_text",
+    "header",
+    "unaudited_fix",
+    "verdict",
+]
 
 # How many processes that ended abnormally (or ran unaudited) the text report names.
 _LISTED = 10
@@ -46,10 +57,7 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         fixes.append(_fallback_fix(fallbacks))
     if findings["unaudited"]:
         causes.append(f"{plural(len(findings['unaudited']), 'Python process', 'es')} ran unaudited")
-        fixes.append(
-            "let every Python of the command run the audit's sitecustomize: no -I, -E or -S, "
-            "and add to PYTHONPATH rather than replace it"
-        )
+        fixes.append(unaudited_fix(findings["unaudited"]))
     if findings["without_torch_npu"]:
         causes.append(
             f"{plural(len(findings['without_torch_npu']), 'process', 'es')} used the npu device "
@@ -79,10 +87,12 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         fixes.append("let the command wait for every process it starts (or stop its daemons) before it ends")
     release = findings["table"].split(" ", 1)[0]
     if not causes:
-        line = (
-            f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
-            f"{plural(findings['processes'], 'audited Python process', 'es')}"
-        )
+        processes = plural(findings["processes"], "audited Python process", "es")
+        if tuple(fail_on) == ("fallbacks",):
+            line = f"audit passed on torch_npu {release}: nothing fell back to the CPU in {processes}"
+        else:
+            found = "; ".join(_NONE_FOUND[name] for name in fail_on if name in _NONE_FOUND)
+            line = f"audit passed on torch_npu {release} (--fail-on {','.join(fail_on)}): {found} in {processes}"
         if stopped:
             line += f", but {left}: what they would have done later is not audited (--fail-on stopped fails)"
         return Verdict(0, line)
@@ -193,6 +203,37 @@ def _fallbacks_text(findings: Findings) -> List[str]:
             line = f"  {name.ljust(width)}  {str(count).rjust(count_width)}  ({_where(name, per_process)})"
         lines.append(line)
     return lines
+
+
+#: What a passed audit did not find, per ``--fail-on`` finding (the default's line says it its own way).
+_NONE_FOUND = {
+    "fallbacks": "nothing fell back to the CPU",
+    "compiles": "no would-be online compiles",
+    "syncs": "no host syncs outside transformers' own code",
+    "64bit": "no 64-bit warnings",
+    "stopped": "no process left running",
+}
+
+#: What the audit's sitecustomize reports where its Python cannot import ascend_env
+#: (``sim/shim/sitecustomize.py``, which cannot import this module to share it).
+_NO_ASCEND_ENV = re.compile(r"^this Python \((.*)\) cannot import ascend_env \(")
+
+
+def unaudited_fix(unaudited: Sequence[Unaudited]) -> str:
+    """What to do about the processes that ran unaudited: a Python without ascend-env (another
+    interpreter first on PATH, say) gets it, or the command runs the one that has it; else every
+    Python must run the audit's sitecustomize."""
+    found = (_NO_ASCEND_ENV.match(u["why"]) for u in unaudited)
+    pythons = list(dict.fromkeys(match.group(1) for match in found if match))
+    if pythons:
+        return (
+            f"run the command with a Python that has ascend-env (this one: {sys.executable}), or install "
+            f"ascend-env into {', '.join(pythons)}: {origin.install_command(pythons[0])}"
+        )
+    return (
+        "let every Python of the command run the audit's sitecustomize: no -I, -E or -S, "
+        "and add to PYTHONPATH rather than replace it"
+    )
 
 
 def _unaudited_text(findings: Findings) -> List[str]:

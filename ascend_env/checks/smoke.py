@@ -166,6 +166,7 @@ def import_torch_npu(order: str) -> Imports:
 
     done: Imports = {"order": order}
     if order == "transformers":
+        _require_transformers()
         import transformers.utils
 
         done["available"] = bool(transformers.utils.is_torch_npu_available())
@@ -434,7 +435,7 @@ def run(
         f"the simulated NPU, through {order})",
         verbose=True,
     ):
-        backend = _start_backend(report, device, torch_npu, order)
+        backend = _start_backend(report, device, torch_npu, order, "generate" in steps)
     if backend is None:
         return
     report["imports"] = backend.pop("imports")
@@ -456,16 +457,48 @@ def run(
         report["compile"] = _compile_record(torch, backend, unmodelled)
 
 
+def _require_transformers(recorded: Optional[Installation] = None) -> None:
+    """The generate() step and transformers' import order need transformers: where it is not
+    installed, say so (and how to install it) before the backend starts; where ascend-env still
+    records patches of a transformers uninstalled since (``recorded``, :func:`installation`'s),
+    what status says to run too."""
+    if importlib.util.find_spec("transformers") is not None:
+        return
+    import shlex
+
+    from ascend_env import origin
+    from ascend_env.exceptions import EnvironmentProblem
+
+    extra = shlex.quote(f"{origin.source() or origin.PLACEHOLDER}[sim]")
+    fix = (
+        "install the transformers your programs run (pip install transformers; on a machine with only "
+        f"Python, the sim extra brings 4.46.3: pip install {extra}), then verify again"
+    )
+    patches = (recorded or {}).get("patches") or {}
+    if patches.get("status") == "transformers removed" and patches.get("run"):
+        fix += f"; where it is gone for good: {patches['run']}"
+    raise EnvironmentProblem(
+        f"transformers is not installed for {sys.executable}: the smoke test reaches "
+        "torch_npu through transformers' check and runs its generate().",
+        fix,
+    )
+
+
 def _start_backend(
-    report: SmokeReport, device: str, torch_npu: Optional[str], order: str
+    report: SmokeReport, device: str, torch_npu: Optional[str], order: str, generate: bool = False
 ) -> Optional[Backend]:
     """The NPU or the simulator, as ``device`` asks; None (the reason in ``report``) when it
-    cannot start."""
+    cannot start. Where transformers is needed (the ``generate`` step, its import order) but not
+    installed, :func:`_require_transformers` raises, before the backend starts."""
+    from ascend_env.exceptions import AscendEnvError
+
     if device == "auto" and importlib.util.find_spec("torch_npu") is None:
         device, report["simulator_reason"] = "sim", "torch_npu is not installed"
     if device in ("auto", "npu"):
         try:
-            return _start_npu(order)
+            return _start_npu(order)  # transformers' import order requires transformers, after torch
+        except AscendEnvError:
+            raise
         except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"
             report["device_error"] = f"{type(exc).__name__}: {exc}".strip()
             return None
@@ -474,6 +507,8 @@ def _start_backend(
     except Exception as exc:
         report["torch_error"] = f"{type(exc).__name__}: {exc}".strip()
         return None
+    if generate:
+        _require_transformers(report.get("installation"))
     return _start_simulator(torch_npu, order)
 
 

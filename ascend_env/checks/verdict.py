@@ -12,6 +12,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ascend_env import states
 from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.checks.smoke_report import (
     Backend,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ascend_env.hook.runtime import HookStatus
 
 __all__ = [
-    "BROKEN_PATCH_STATES",
     "IMPORT_WORDS",
     "LOW_PERFORMANCE_64BIT",
     "fallback_lines",
@@ -34,9 +34,6 @@ __all__ = [
     "judge",
     "refused_ops",
 ]
-
-# Patch states that mean generation may fall back again (``install.status``'s words).
-BROKEN_PATCH_STATES = ("drifted", "interrupted", "partly applied", "conflict")
 
 _LINE = re.compile(
     r"CAUTION: The operator '([^']+)' is not currently supported on the NPU backend and will fall back"
@@ -65,7 +62,10 @@ def _fixed_families() -> Tuple[str, ...]:
     return families()
 
 
-_FIX_INSTALL = "python -m ascend_env install (patches and the startup hook), then verify again"
+_FIX_INSTALL = (
+    "python -m ascend_env install (the startup hook; the patches too where torch_npu has no NPU isin), "
+    "then verify again"
+)
 _FIX_HOOK = "python -m ascend_env install (or --hook-only), then verify again"
 _FIX_REPORT = "report it, with the output of: python -m ascend_env verify --json"
 
@@ -145,7 +145,10 @@ def _process_checks(smoke: Smoke) -> List[Check]:
         )
     elif "error" in smoke.report:
         error = smoke.report["error"]
-        checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
+        if error.get("environment") and error.get("fix"):  # raised on purpose: its problem and fix
+            checks.append(Check.failed("smoke test", str(error["problem"]), str(error["fix"])))
+        else:
+            checks.append(Check.failed("smoke test", f"{error['type']}: {error['problem']}", _FIX_REPORT))
     if "torch_error" in smoke.report:
         checks.append(_torch_check(smoke.report["torch_error"]))
     if "device_error" in smoke.report:
@@ -267,7 +270,7 @@ def _patches_check(installation: Installation) -> Check:
         f"transformers {patches.get('transformers') or '(not installed)'} in "
         f"{installation.get('site_packages')}"
     )
-    if status in BROKEN_PATCH_STATES:
+    if status in states.BROKEN:  # status exits 1 and asks the user to act: so does verify
         detail = f"{status}: {where}" + "".join(f"; {line}" for line in patches.get("drift", []))
         command = "install (re-applies)" if status == "drifted" else "status"
         return Check.failed(
@@ -287,7 +290,11 @@ def _hook_check(runs: Sequence[Smoke], installation: Installation) -> Check:
         return failed
     heard = [smoke for smoke in runs if "hook" in smoke.report]
     if not heard:
-        return Check.failed("hook", "not checked: the NPU backend did not start", "see the checks above")
+        if any("error" in smoke.report for smoke in runs):
+            why = "the smoke test stopped before it took the hook's record"
+        else:
+            why = "the NPU backend did not start"
+        return Check.failed("hook", f"not checked: {why}", "see the checks above")
     registered: List[str] = []
     paths: List[str] = []
     untried: List[str] = []

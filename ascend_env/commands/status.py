@@ -36,7 +36,9 @@ def describe_hook(hook_status: HookPart) -> List[str]:
         return ["  startup hook: not installed"]
     lines = [f"  startup hook: installed ({', '.join(hook_status['installed'])})"]
     if not hook_status["current"]:
-        lines.append("  startup hook: its files differ from this ascend-env's; run: ascend-env install")
+        lines.append(
+            "  startup hook: its files differ from this ascend-env's; run: python -m ascend_env install"
+        )
     setting = hook_status.get("compile_guard")
     if setting is not None:
         lines.append(
@@ -174,7 +176,7 @@ def describe(report: engine.StatusReport, hook_status: HookPart) -> str:
 def _cause(state: states.State, hook_status: HookPart) -> str:
     """Why the state is what it is, in one clause."""
     if hook_status["installed"] and not hook_status["current"]:
-        return "the startup hook's files differ from this ascend-env's (run: ascend-env install)"
+        return "the startup hook's files differ from this ascend-env's (run: python -m ascend_env install)"
     if state.status == states.APPLIED and state.code == 0:
         return "transformers' files are patched and the startup hook is installed"
     if state.status == states.HOOK_ONLY:

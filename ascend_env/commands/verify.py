@@ -4,9 +4,11 @@ smoke test."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ascend_env.checks import verify, verify_text
+from ascend_env.detect import machine, socs
 from ascend_env.output import write_json, write_text
 
 __all__ = ["configure", "run"]
@@ -29,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--torch-npu",
         metavar="VERSION",
         help="simulate this torch_npu release's op table (implies --simulate; default: the installed "
-        "torch_npu's op lists, else the newest known release)",
+        "torch_npu's op lists, else the oldest known release, which lacks what the affected releases lack)",
     )
     parser.add_argument(
         "--soc",
@@ -47,6 +49,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # An unknown SoC (--soc, else $ASCEND_ENV_SOC) is a usage error before the smoke test runs.
+    chosen = os.environ.get(machine.SOC_VARIABLE, "").strip()
+    if args.soc:
+        socs.canonical(args.soc)
+    elif chosen:
+        socs.canonical(chosen, machine.SOC_VARIABLE)
     options = verify.Options(
         python=args.python,
         simulate=args.simulate,

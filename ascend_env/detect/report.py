@@ -11,7 +11,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.detect import cann, compat, driver, hook_site, packages, socs
 from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
@@ -26,11 +26,13 @@ __all__ = [
     "CompileMode",
     "FixedOp",
     "Isin",
+    "OpLists",
     "Package",
     "Report",
     "detect",
     "read_fixes",
     "read_isin",
+    "read_ops",
     "read_package",
 ]
 
@@ -300,22 +302,41 @@ def read_package(name: str, import_name: str, paths: Optional[Sequence[Path]]) -
     return package
 
 
-def read_isin(torch_npu: Package) -> Isin:
-    """Whether isin falls back to the CPU with this torch_npu (from its op lists)."""
+#: torch_npu's op lists as :func:`read_ops` read them: the native ops, or None and why not.
+OpLists = Tuple[Optional[FrozenSet[str]], str]
+
+
+def read_ops(torch_npu: Package) -> OpLists:
+    """The ops with a native NPU kernel in the installed torch_npu, read once for the whole
+    report; None (with the reason) where there is no torch_npu or its lists cannot be read."""
+    if not torch_npu.installed:
+        return None, NO_TORCH_NPU
+    if torch_npu.package_dir is None:
+        return None, f"unknown: torch_npu {torch_npu.version} has no package directory to read."
+    try:
+        return read_torch_npu(torch_npu.package_dir), ""
+    except AscendEnvError as exc:
+        return None, f"unknown: {exc.problem}"
+
+
+def _lacking(family: str, ops: FrozenSet[str]) -> List[str]:
+    """The registry's overloads of ``family`` that fall back with these native ``ops``: those
+    without a kernel whose other forms lack one too (a functional overload without a kernel still
+    runs natively through its out= form). The one computation of that fact, for isin and fixes."""
+    return [fix.op for fix in FIXES if fix.family == family and all(op not in ops for op in fix.when_missing)]
+
+
+def read_isin(torch_npu: Package, lists: Optional[OpLists] = None) -> Isin:
+    """Whether isin falls back to the CPU with this torch_npu (from its op lists: ``lists``, as
+    :func:`read_ops` read them, else read here)."""
     if not torch_npu.installed:
         return Isin(falls_back=False, status="no_torch_npu", reason=NO_TORCH_NPU)
-    if torch_npu.package_dir is None:
-        return Isin(reason=f"unknown: torch_npu {torch_npu.version} has no package directory to read.")
-    try:
-        ops = read_torch_npu(torch_npu.package_dir)
-    except AscendEnvError as exc:
-        return Isin(reason=f"unknown: {exc.problem}")
+    ops, why = read_ops(torch_npu) if lists is None else lists
+    if ops is None:
+        return Isin(reason=why)
     native = [op for op in ISIN_OVERLOADS if op in ops]
     missing = [op for op in ISIN_OVERLOADS if op not in ops]
-    # A functional overload without a kernel still runs natively through its out= form.
-    lacking = [
-        fix.op for fix in FIXES if fix.op in FALLBACK_OPS and all(op in missing for op in fix.when_missing)
-    ]
+    lacking = [op for op in _lacking("isin", ops) if op in FALLBACK_OPS]
     if lacking:
         reason = (
             f"torch_npu {torch_npu.version} has no NPU kernel for {', '.join(lacking)}: every "
@@ -326,25 +347,20 @@ def read_isin(torch_npu: Package) -> Isin:
     return Isin(False, "native", reason, native, missing)
 
 
-def read_fixes(torch_npu: Package, sites: Sequence[Path]) -> List[FixedOp]:
+def read_fixes(torch_npu: Package, sites: Sequence[Path], lists: Optional[OpLists] = None) -> List[FixedOp]:
     """Per op of the registry (:func:`ascend_env.kernels.registry.families`): native, fixed by
-    the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists."""
+    the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists
+    (``lists``, as :func:`read_ops` read them, else read here)."""
     if not torch_npu.installed:
         return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in families()]
-    if torch_npu.package_dir is None:
-        reason = f"unknown: torch_npu {torch_npu.version} has no package directory to read."
-        return [FixedOp(op, "unknown", [], reason) for op in families()]
-    try:
-        ops = read_torch_npu(torch_npu.package_dir)
-    except AscendEnvError as exc:
-        return [FixedOp(op, "unknown", [], f"unknown: {exc.problem}") for op in families()]
+    ops, why = read_ops(torch_npu) if lists is None else lists
+    if ops is None:
+        return [FixedOp(op, "unknown", [], why) for op in families()]
     hooked = [site for site in sites if hook_site.installed(site)]
     release = f"torch_npu {torch_npu.version}"
     found = []
     for family in families():
-        lacking = [
-            fix.op for fix in FIXES if fix.family == family and all(op not in ops for op in fix.when_missing)
-        ]
+        lacking = _lacking(family, ops)
         copied = [fix.op for fix in FIXES if fix.family == family and fix.copies_to_host(torch_npu.version)]
         if not lacking and copied:
             found.append(
@@ -406,7 +422,8 @@ def detect(
     transformers = read_package("transformers", "transformers", paths)
     toolkit = cann.find_toolkit(environ, prefixes, machine)
     found_driver = driver.find_driver(install_info, driver_prefix)
-    isin = read_isin(torch_npu)
+    lists = read_ops(torch_npu)  # once: the isin line and the fixes say the same fact from it
+    isin = read_isin(torch_npu, lists)
     site_packages = packages.site_packages() if paths is None else list(paths)
     isin.hook_site = transformers.location or (site_packages[0] if site_packages else None)
     if isin.hook_site is not None:
@@ -430,7 +447,7 @@ def detect(
         compat=verdict,
         compile_mode=compile_mode,
         notes=notes + list(verdict.notes),
-        fixes=read_fixes(torch_npu, site_packages),
+        fixes=read_fixes(torch_npu, site_packages, lists),
     )
 
 

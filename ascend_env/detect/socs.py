@@ -14,6 +14,7 @@ but the standard library.
 
 from __future__ import annotations
 
+import difflib
 from typing import Dict, Optional, Tuple
 
 from ascend_env.detect.cann import shown
@@ -76,14 +77,20 @@ def lookup(name: str) -> Optional[str]:
     return _BY_KEY.get(key) or ALIASES.get(key) or _BY_KEY.get("ASCEND" + key)
 
 
-def canonical(name: str) -> str:
-    """Like :func:`lookup`, but an unknown name raises ``UsageError`` listing the known ones."""
+def canonical(name: str, variable: Optional[str] = None) -> str:
+    """Like :func:`lookup`, but an unknown name raises ``UsageError`` listing the known ones, the
+    likeliest first where one is spelt alike; ``variable``: the environment variable it came from,
+    which the error names."""
     found = lookup(name)
     if found is None:
-        raise UsageError(
-            f"unknown Ascend SoC {shown(name)}.",
-            "use one of " + ", ".join(sorted(ALIASES)) + " or a full name: " + ", ".join(KNOWN),
-        )
+        spelt = {key.upper(): key for key in (*ALIASES, *KNOWN)}
+        close = difflib.get_close_matches(name.strip().upper(), list(spelt), n=1, cutoff=0.6)
+        problem = f"unknown Ascend SoC {shown(name)}" + (f" in ${variable}" if variable else "") + "."
+        if close:
+            problem += f" Did you mean {spelt[close[0]]!r}?"
+        known = "one of " + ", ".join(sorted(ALIASES)) + " or a full name: " + ", ".join(KNOWN)
+        fix = f"set {variable} to {known}, or unset it" if variable else f"use {known}"
+        raise UsageError(problem, fix)
     return found
 
 

@@ -283,7 +283,7 @@ class _InstallPlanner:
         if prepatched and not entries:
             report.reason = "the files were patched before (e.g. a +ascend wheel); nothing recorded"
         if not wanted and patched:
-            report.reason += "; the patches applied before stay (ascend-env restore removes them)"
+            report.reason += "; the patches applied before stay (python -m ascend_env restore removes them)"
         report.changed = [c.path for c in plan.changes]
 
 

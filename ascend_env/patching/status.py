@@ -99,7 +99,7 @@ def status(
             "interrupted",
             1,
             detail=f"an ascend-env {journal.action} was interrupted",
-            run="ascend-env install (or ascend-env restore)",
+            run="python -m ascend_env install (or python -m ascend_env restore)",
         )
     else:
         recorded = _recorded(site_packages, state)
@@ -114,7 +114,10 @@ def _recorded(site_packages: Path, state: Optional[State]) -> Optional[StatusVer
     lines = drift(site_packages)
     if lines:
         return StatusVerdict(
-            "drifted", 1, drift=lines, run="ascend-env install (re-applies), or ascend-env restore"
+            "drifted",
+            1,
+            drift=lines,
+            run="python -m ascend_env install (re-applies), or python -m ascend_env restore",
         )
     if any(entry.kind == "patch" for entry in state.entries):
         return StatusVerdict("applied", 0)
@@ -135,12 +138,12 @@ def _by_release(site_packages: Path, inspection: Inspection, search_sys_path: bo
     if kinds == {"clean"}:
         if isin_falls_back(site_packages, search_sys_path):
             detail = "torch_npu has no native NPU isin"
-            return StatusVerdict("not applied", 1, detail=detail, run="ascend-env install")
+            return StatusVerdict("not applied", 1, detail=detail, run="python -m ascend_env install")
         return StatusVerdict("not applied", 0)
     return StatusVerdict(
         "partly applied" if "conflict" not in kinds else "conflict",
         1,
-        run=f"{reinstall('transformers', dist.version)}, then ascend-env install",
+        run=f"{reinstall('transformers', dist.version)}, then python -m ascend_env install",
     )
 
 
@@ -155,12 +158,12 @@ def _without_transformers(site_packages: Path, state: Optional[State]) -> Status
             1,
             detail=f"transformers {state.version} was uninstalled after install; ascend-env still "
             "records its patched files and keeps their originals",
-            run="ascend-env restore (removes that record and the startup hook; install --hook-only "
+            run="python -m ascend_env restore (removes that record and the startup hook; install --hook-only "
             "puts the hook back)",
         )
     lines = drift(site_packages)
     if lines:
-        run = "ascend-env install --hook-only, or ascend-env restore"
+        run = "python -m ascend_env install --hook-only, or python -m ascend_env restore"
         return StatusVerdict("drifted", 1, drift=lines, run=run)
     detail = "transformers is not installed; the startup hook serves any caller"
     return StatusVerdict("hook only", 0, detail=detail)

@@ -86,7 +86,7 @@ def export_soc(environ: MutableMapping[str, str]) -> None:
 def soc() -> str:
     """The simulated SoC (torch_npu's name). A bad ``$ASCEND_ENV_SOC`` raises UsageError."""
     chosen = chosen_soc()
-    return socs.canonical(chosen) if chosen else DEFAULT_SOC
+    return socs.canonical(chosen, SOC_ENV) if chosen else DEFAULT_SOC
 
 
 def soc_assumed() -> bool:

@@ -10,6 +10,7 @@ binaries honour ``TORCH_NPU_FALLBACK_CPU_DISABLE``.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from pathlib import Path
@@ -68,12 +69,15 @@ def newest() -> str:
 
 
 def nearest(version: str, count: int = 3) -> List[str]:
-    """The ``count`` known releases closest to ``version`` (by position in release order)."""
+    """The ``count`` known releases closest to ``version``: by position in release order, or,
+    where ``version`` is no version at all (``2.1.0.pos6``), by spelling (the newest where none
+    is alike)."""
     known = sorted(_tables())
     try:
         wanted = Version(version)
     except InvalidVersion:
-        return [_tables()[v][0] for v in known[-count:]]
+        alike = difflib.get_close_matches(version, releases(), n=count, cutoff=0.6)
+        return alike or [_tables()[v][0] for v in known[-count:]]
     below = [v for v in known if v < wanted]
     above = [v for v in known if v > wanted]
     picked = below[-count:] + above[:count]
@@ -88,7 +92,7 @@ def _entry(version: str) -> Tuple[str, FrozenSet[str], bool]:
         key = None
     if key is None or key not in _tables():
         raise UsageError(
-            f"no op table for torch_npu {version!r}; the nearest known releases are "
+            f"no op table for torch_npu {version!r}; the closest known releases are "
             f"{', '.join(nearest(version))} (tables cover {releases()[0]} to {newest()}).",
             "pass one of those releases, or regenerate the tables with tools/gen_optables.py",
         )

@@ -93,7 +93,7 @@ def ensure_built(build: Build) -> Path:
     root = cache_root()
     library = build.directory / build.library
     check_trusted(root, build.owner)
-    if library.exists():
+    if _exists(library, build.owner):
         check_private(build.owner, root, build.directory, library)
         return library
     make_private_dirs(build.directory, build.owner)
@@ -197,6 +197,28 @@ def killed(returncode: int, output: str) -> bool:
     the kernel's out-of-memory killer ends it: a negative return code from ``subprocess`` (-9), a
     shell's 137, or the driver's own words for its child's death."""
     return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or any(s in output for s in _KILLED)
+
+
+def _exists(library: Path, owner: str) -> bool:
+    """Whether the cached library is there; a cache this user cannot read (another user's, built
+    under sudo or through a shared ASCEND_ENV_CACHE_DIR) is an :class:`EnvironmentProblem`."""
+    try:
+        return library.exists()
+    except OSError as exc:
+        whose = next((f" (it belongs to uid {p.stat().st_uid})" for p in library.parents if _stats(p)), "")
+        raise EnvironmentProblem(
+            f"{owner}'s build cache {library.parent} cannot be read by this user (uid "
+            f"{os.geteuid()}): {exc.strerror}{whose}; another user built it.",
+            _PRIVATE_FIX,
+        ) from None
+
+
+def _stats(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:
+        return False
+    return True
 
 
 def _compile(build: Build, output: Path) -> None:

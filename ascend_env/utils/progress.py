@@ -31,6 +31,7 @@ from typing import Iterator, Mapping, MutableMapping, Optional, Tuple
 
 __all__ = [
     "FD_VARIABLE",
+    "Ending",
     "NORMAL",
     "PREFIX",
     "QUIET",
@@ -70,21 +71,35 @@ def say(message: str, *, verbose: bool = False) -> None:
         _write(PREFIX + message)
 
 
+class Ending:
+    """How a :func:`step` ended, where the block knows better than "done": set ``outcome`` (``not
+    tried: accelerate is not installed``), and the last line says it instead."""
+
+    def __init__(self) -> None:
+        self.outcome: Optional[str] = None
+
+
 @contextmanager
-def step(message: str, *, note: str = "", verbose: bool = False) -> Iterator[None]:
+def step(message: str, *, note: str = "", verbose: bool = False) -> Iterator[Ending]:
     """Say ``message (note) ...`` now and ``message: done in N s`` when the block ends (``failed
-    after`` when it raises, ``stopped after`` on Ctrl-C); ``note`` is said once, at the start."""
+    after`` when it raises, ``stopped after`` on Ctrl-C; ``message: OUTCOME, after N s`` where the
+    block set the :class:`Ending`'s ``outcome``); ``note`` is said once, at the start."""
     say(f"{message} ({note}) ..." if note else f"{message} ...", verbose=verbose)
     started = time.monotonic()
+    ending = Ending()
     try:
-        yield
+        yield ending
     except Exception:
         say(f"{message}: failed after {_seconds(time.monotonic() - started)}", verbose=verbose)
         raise
     except BaseException:
         say(f"{message}: stopped after {_seconds(time.monotonic() - started)}", verbose=verbose)
         raise
-    say(f"{message}: done in {_seconds(time.monotonic() - started)}", verbose=verbose)
+    took = _seconds(time.monotonic() - started)
+    if ending.outcome:
+        say(f"{message}: {ending.outcome}, after {took}", verbose=verbose)
+    else:
+        say(f"{message}: done in {took}", verbose=verbose)
 
 
 @contextmanager

@@ -229,7 +229,13 @@ def test_text_report_shows_the_step_table(capsys, script):
         ]
     )
     out = capsys.readouterr().out
-    assert code == 1
+    # Both host syncs of each step are transformers' own (see step_syncs): --fail-on syncs passes,
+    # and says what it did not find (the isin fallback above is not what was asked).
+    assert code == 0, out
+    assert out.splitlines()[-1] == (
+        "audit passed on torch_npu 2.1.0.post6 (--fail-on syncs): no host syncs outside transformers' "
+        "own code in 1 audited Python process"
+    )
     assert "dispatch paths on SoC Ascend910A, JIT compile on at exit" in out
     assert "    step     would compile  host syncs  64-bit" in out
     assert f"    steady state (steps 2-{NEW_TOKENS - 1}): " in out and " and 2 host syncs per step" in out

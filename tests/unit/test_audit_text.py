@@ -33,6 +33,31 @@ def test_findings_add_up_every_process_and_keep_each():
     assert text.splitlines()[-1] == "audit error: the simulated NPU could not start in 1 process: no compiler"
 
 
+def test_a_simulator_that_cannot_start_ends_with_its_own_fix():
+    """An unreadable build cache (another user's) is an EnvironmentProblem in the audited process
+    (``ascend_env.sim.build``); its report carries the problem and the fix, and the audit's last
+    lines say both (a bare PermissionError once left no fix)."""
+    error = str(
+        EnvironmentProblem(
+            "the simulated NPU's build cache /c/sim-x cannot be read by this user (uid 1000): "
+            "Permission denied (it belongs to uid 0); another user built it.",
+            "set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write (mkdir -m 700 DIR)",
+        )
+    )
+    reports = [
+        report(10, end={"how": "exit"}),
+        ProcessReport(pid=11, argv=["x"], error=f"EnvironmentProblem: {error}"),
+    ]
+    findings = findings_from("2.4.0", ["x"], Outcome(10, 0), reports)
+    assert audit_text.exit_code(findings) == 2
+    last = audit_text.format_text(findings).splitlines()[-2:]
+    assert last[0].startswith(
+        "audit error: the simulated NPU could not start in 1 process: EnvironmentProblem: "
+    )
+    fix = "set ASCEND_ENV_CACHE_DIR to a directory of your own that only you can write (mkdir -m 700 DIR)"
+    assert last[1] == f"  fix: {fix}"
+
+
 def test_ranks_name_where_an_op_fell_back():
     done = {"how": "exit"}
     reports = [report(10), report(11, {}, done, rank="0"), report(12, {ISIN: 1}, done, rank="1")]
@@ -67,6 +92,19 @@ def test_the_last_line_states_the_verdict_and_its_cause():
         "aten::op1, ...); the command exited 3; fix: no NPU kernel in this release"
     )
     assert audit_text.verdict(failed).code == 1
+
+
+def test_a_pass_under_other_findings_says_what_it_did_not_find():
+    """--fail-on syncs alone passes a run whose ops fell back: its last line must not say that
+    nothing fell back."""
+    done = {"how": "exit"}
+    fell_back = findings_from("2.1.0.post6", ["x"], Outcome(10, 0), [report(10, {ISIN: 1}, done)])
+    assert audit_text.verdict(fell_back, ("64bit",)) == (
+        0,
+        "audit passed on torch_npu 2.1.0.post6 (--fail-on 64bit): no 64-bit warnings in 1 audited "
+        "Python process",
+    )
+    assert audit_text.verdict(fell_back, ("fallbacks",)).code == 1
 
 
 def test_a_long_list_of_abnormal_endings_is_cut_in_text_only():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import sim
+from ascend_env import origin, sim
 from ascend_env.checks import audit, process_reports, tables
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem
@@ -118,6 +118,14 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     assert code == 1
     (found,) = report["unaudited"]
     assert "cannot import ascend_env (broken on purpose)" in found["why"]
+    # Its fix is that Python's, not -I, -E, -S or PYTHONPATH (another interpreter first on PATH, say).
+    code = main(["audit", "--torch-npu", "2.4.0", "--", "env", path, PY, "-c", "pass"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        "audit failed on torch_npu 2.4.0: 1 Python process ran unaudited; fix: run the command with a "
+        f"Python that has ascend-env (this one: {sys.executable}), or install ascend-env into {PY}: "
+        f"{origin.install_command(PY)}"
+    )
 
 
 # An audited Python that runs exec keeps its pid: the audit must read what runs next (issue 42, 2).
@@ -260,13 +268,29 @@ PROBE = textwrap.dedent(
 )
 
 
-def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path):
+#: A vendor's sitecustomize, as Debian's and Ubuntu's Pythons ship one (theirs imports apport's hook
+#: where it is installed): the audit's shim shadows it and runs it after its own start-up.
+VENDOR_SITECUSTOMIZE = (
+    "import os\nwith open(os.environ['VENDOR_MARK'], 'a') as mark:\n    mark.write('ran\\n')\n"
+)
+
+
+@pytest.mark.parametrize("vendor", [False, True], ids=["this-python", "with-a-vendor-sitecustomize"])
+def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path, vendor):
     # Measured in bench/audit_startup.py; here, what it imports: none of torch, typing, threading,
-    # json (its re and enum), collections or pathlib.
-    # What the audit adds to what this Python loads anyway (a virtualenv's own .pth files import
-    # typing and re on Python 3.8, say).
-    base = dict(os.environ, PYTHONPATH=ROOT)
-    env = tables.audited_environment(tables.choose_table("2.4.0"), tmp_path, base)
+    # json (its re and enum), collections or pathlib, beyond what this Python loads anyway (a
+    # virtualenv's own .pth files import typing and re on Python 3.8, say; a vendor sitecustomize,
+    # which the shim chains, whatever it imports). With a vendor sitecustomize on the path (this
+    # Python's own where it has one, as /usr/bin/python3 on Debian; else one made here) the shim's
+    # chaining must cost nothing either.
+    reports, vendor_dir, mark = tmp_path / "reports", tmp_path / "vendor", tmp_path / "mark"
+    reports.mkdir()
+    base = dict(os.environ, PYTHONPATH=ROOT, VENDOR_MARK=str(mark))
+    if vendor:
+        vendor_dir.mkdir()
+        (vendor_dir / "sitecustomize.py").write_text(VENDOR_SITECUSTOMIZE)
+        base["PYTHONPATH"] = os.pathsep.join([ROOT, str(vendor_dir)])
+    env = tables.audited_environment(tables.choose_table("2.4.0"), reports, base)
     plain, audited = (
         set(
             ast.literal_eval(
@@ -279,8 +303,10 @@ def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path):
     )
     added = {"ascend_env", "ascend_env._audited", "ascend_env.utils", "ascend_env.utils.importhooks"}
     assert audited - plain == added
-    (report,) = process_reports.collect(tmp_path)
+    (report,) = process_reports.collect(reports)
     assert report["torch"] is False and report["end"] == {"how": "exit"} and report["table"] is None
+    # The vendor's sitecustomize ran in both processes: the plain one and, chained, the audited one.
+    assert (mark.read_text() if mark.exists() else "") == ("ran\n" * 2 if vendor else "")
 
 
 # ---------------------------------------------------------------- what the command leaves behind

@@ -48,10 +48,16 @@ def test_unknown_subcommand_is_a_usage_error():
     ],
 )
 def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
-    result = run_cli("-q", typed, "--json")
+    result = run_cli("-q", typed)
     assert result.returncode == 2
     assert f"Did you mean '{meant}'?" in result.stderr
     assert result.stdout == ""
+    # With --json, the one JSON document on stdout, as for every other error (docs/states.md).
+    as_json = run_cli("-q", typed, "--json")
+    assert as_json.returncode == 2 and as_json.stderr == ""
+    document = json.loads(as_json.stdout)
+    assert document["ok"] is False and document["error"] == "UsageError"
+    assert f"Did you mean '{meant}'?" in document["problem"] and document["fix"]
 
 
 def test_help_command_prints_the_command_s_help_to_stdout():
@@ -66,11 +72,59 @@ def test_help_command_prints_the_command_s_help_to_stdout():
 
 
 def test_a_bad_option_shows_the_subcommand_s_own_usage():
-    result = run_cli("status", "--json", "--bogus")
-    assert result.returncode == 2
+    result = run_cli("status", "--bogus")
+    assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("usage: ascend-env status ")
-    assert "ascend-env status: error: unrecognized arguments: --bogus" in result.stderr
+    assert "ascend-env status: error: unrecognized arguments: --bogus\n" in result.stderr
     assert "fix: see 'ascend-env help status'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["status", "--bogus"], "unrecognized arguments: --bogus"),
+        (["patch-wheel", "x.whl", "--build", "two"], "argument --build: invalid int value: 'two'"),
+        (["patch-wheel"], "the following arguments are required: wheel"),
+    ],
+)
+def test_a_usage_error_with_json_is_one_json_document(args, problem):
+    result = run_cli(*args, "--json")
+    assert result.returncode == 2 and result.stderr == "", result.stderr
+    assert json.loads(result.stdout) == {
+        "ok": False,
+        "error": "UsageError",
+        "problem": problem,
+        "fix": f"see 'ascend-env help {args[0]}'",
+    }
+
+
+def test_json_after_the_double_dash_is_the_audited_command_s():
+    text = run_cli("audit", "--bogus", "--", "python", "--json")
+    assert text.returncode == 2 and text.stdout == ""
+    assert "ascend-env audit: error: unrecognized arguments: --bogus" in text.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        (["verify", "--torch_npu", "2.1.0.post6"], "--torch-npu"),
+        (["verify", "--torch_npu=2.1.0.post6"], "--torch-npu"),
+        (["verify", "--strictt"], "--strict"),
+        (["install", "--dryrun"], "--dry-run"),
+        (["verify", "--device", "simm"], "sim"),
+        (["install", "--patches", "alway"], "always"),
+    ],
+)
+def test_a_mistyped_option_or_value_gets_a_did_you_mean(typed, meant):
+    result = run_cli(*typed)
+    assert result.returncode == 2
+    error = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert error and error[0].endswith(f". Did you mean {meant!r}?"), result.stderr
+
+
+def test_nothing_alike_gets_no_guess():
+    for typed in (["status", "--bogus"], ["install", "--patches", "sometimes"]):
+        assert "Did you mean" not in run_cli(*typed).stderr
 
 
 def test_help_lists_every_environment_variable_ascend_env_reads():
@@ -88,6 +142,10 @@ def test_help_lists_every_environment_variable_ascend_env_reads():
         read.update(re.findall(r"environ(?:\.get\(|\[)\"(ASCEND_ENV_[A-Z_]+)\"", path.read_text()))
     read = {name for name in read if not name.startswith("ASCEND_ENV_AUDIT_")} - internal
     assert read and read <= {name for name, _ in cli.ENVIRONMENT}
+    # CANN's variables, which detect reads and audit's fix lines name (ASCEND_TOOLKIT_HOME).
+    from ascend_env.detect import cann
+
+    assert set(cann.ENV_VARS) <= {name for name, _ in cli.ENVIRONMENT}
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

@@ -278,6 +278,10 @@ def usage_steps(tmp: Path) -> List[Step]:
         (["install", "--bogus"], {}),
         (["install", "--patches", "sometimes"], {}),
         (["status", "--json", "--bogus"], {}),
+        (["verify", "--torch_npu", "2.1.0.post6"], {}),
+        (["verify", "--json", "--device", "simm"], {}),
+        (["audit", "--fail-on", "compile", "--", "true"], {}),
+        (["--json", "instal"], {}),
         (["patch-wheel"], {}),
         (["patch-wheel", "x.whl", "--build", "two"], {}),
     ]

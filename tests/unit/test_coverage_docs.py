@@ -93,6 +93,20 @@ def test_render_lists_fallbacks_and_what_was_not_covered(tmp_path):
     )
 
 
+def test_a_model_never_built_does_not_read_as_nothing_fell_back(tmp_path):
+    data = tmp_path / "coverage.json"
+    record = _record({}, {}, {})
+    for phase in ("before", "after"):
+        record["phases"][phase]["llama"]["error"] = "LookupError: transformers 4.40.0 has no model type 'x'"
+    coverage_matrix.merge(data, record)
+    page = coverage_matrix.render_page(coverage_matrix.load(data))
+    row = (
+        "| llama | decoder-only | - | - | - | not built: LookupError: transformers 4.40.0 has no model "
+        "type 'x' |"
+    )
+    assert row in page and "0 of 0" not in page and "| none |" not in page
+
+
 def test_merge_adds_architectures_to_an_earlier_run(tmp_path):
     data = tmp_path / "coverage.json"
     coverage_matrix.merge(data, _record({}, {}, {"greedy_2eos": "same"}))

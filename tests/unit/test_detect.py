@@ -140,6 +140,22 @@ def test_old_torch_npu_falls_back(tmp_path, site):
     assert report.problems == []
 
 
+def test_the_op_lists_are_read_once_and_isin_says_what_the_fixes_say(tmp_path, site, monkeypatch):
+    from ascend_env.detect import npu_oplists
+
+    install_torch_npu(site)
+    reads = []
+    real = npu_oplists.read_torch_npu
+    monkeypatch.setattr(
+        "ascend_env.detect.report.read_torch_npu", lambda path: reads.append(path) or real(path)
+    )
+    found = run(tmp_path, site)
+    assert len(reads) == 1
+    isin = next(fix for fix in found.fixes if fix.op == "isin")
+    assert found.isin.falls_back is True and isin.status == "falls_back"
+    assert set(isin.falls_back) >= {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"}
+
+
 def test_native_isin_means_nothing_to_install(tmp_path, site):
     install_torch_npu(site, native_isin=True)
     install(site, "torch-2.13.0+cpu", "2.1.0+cpu")

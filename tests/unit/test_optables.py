@@ -77,6 +77,22 @@ def test_unknown_release_names_the_nearest_known_ones(version):
         assert "2.2.0.post2" in nearest and "2.3.1" in nearest
 
 
+@pytest.mark.parametrize(
+    ("version", "first"),
+    [("2.1.0.pos6", "2.1.0.post6"), ("2.3.l", "2.3.1"), ("2.1.0.post6x", "2.1.0.post6")],
+)
+def test_a_misspelt_release_suggests_the_ones_spelt_alike(version, first):
+    """Not a version at all: the suggestions are the releases spelt alike, the likeliest first (the
+    newest releases were suggested, whatever was typed)."""
+    with pytest.raises(UsageError) as info:
+        optables.load(version)
+    assert f"the closest known releases are {first}, " in str(info.value)
+
+
+def test_nothing_alike_suggests_the_newest():
+    assert optables.nearest("garbage") == optables.releases()[-3:]
+
+
 names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
 
 

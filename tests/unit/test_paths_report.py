@@ -212,8 +212,8 @@ def test_no_compiles_but_syncs_end_with_the_sync_fix():
     runs = [run_of("chat.py:12", "greedy_search", ((0, 2), (0, 2), (0, 2), (0, 2)))]
     lines = paths_report.format_text(paths_report.summarize([with_runs(runs, NO_KERNELS)]))
     assert lines[-1] == (
-        "  fix: read the host syncs by call site above: move each device-to-host read "
-        "(item(), .cpu(), if tensor:) out of the decoding loop"
+        "  fix: read the host syncs by call site above: move each device-to-host read in your code "
+        "(item(), .cpu(), if tensor:) out of the decoding loop; transformers' own are not counted"
     )
 
 
@@ -257,3 +257,57 @@ def test_verify_takes_soc_too(capsys):
     assert verify._with_soc({"ASCEND_ENV_SOC": "310P"}, None)["ASCEND_ENV_SOC"] == "310P"
     code = main(["verify", "--soc", "920X", "--device", "sim"])
     assert code == 2 and "920X" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- host syncs: whose they are
+
+GENERATE_SYNCS = {"transformers/generation/utils.py:2413": 1, "transformers/generation/utils.py:384": 1}
+
+
+def run_with_sites(by_site) -> RunReport:
+    """A generate() of 4 steps, each with the host syncs ``by_site``."""
+    run = run_of("chat.py:12", "greedy_search", ((0, sum(by_site.values())),) * 4)
+    for step in run["steps"]:
+        step["host_syncs_by_site"] = dict(by_site)
+    return run
+
+
+def test_host_syncs_inside_transformers_generate_pass_fail_on_syncs():
+    """transformers' own per-step syncs (its stopping check, its cache position) are no caller's to
+    move: reported, with no fix line, and --fail-on syncs passes."""
+    summary = paths_report.summarize([with_runs([run_with_sites(GENERATE_SYNCS)], NO_KERNELS)])
+    assert paths_report.failing(summary, ("syncs",)) == []
+    lines = paths_report.format_text(summary)
+    assert "    steady state (steps 2-3): 0 would compile and 2 host syncs per step" in lines
+    assert lines[-1] == (
+        "  host syncs in the steady state of generate(): all at transformers' own call sites (its "
+        "stopping check, its cache position): none for your code to move, and --fail-on syncs does "
+        "not count them"
+    )
+    assert not any(line.startswith("  fix:") for line in lines)
+
+
+def test_a_sync_of_the_callers_own_fails_and_is_the_one_counted():
+    mine = dict(GENERATE_SYNCS, **{"/home/me/chat.py:30": 1})
+    summary = paths_report.summarize([with_runs([run_with_sites(mine)], NO_KERNELS)])
+    assert paths_report.failing(summary, ("syncs",)) == ["syncs"]
+    assert paths_report.failing_text(summary, ["syncs"]) == (
+        "2 host syncs outside transformers' own code in the steady state of generate() (--fail-on syncs)"
+    )
+    assert paths_report.format_text(summary)[-1].startswith("  fix: read the host syncs by call site above")
+
+
+@pytest.mark.parametrize(
+    ("site", "theirs"),
+    [
+        ("transformers/generation/utils.py:2413", True),
+        ("transformers/models/llama/modeling_llama.py:80", True),
+        ("/src/transformers/src/transformers/generation/utils.py:384", True),
+        ("transformers_modules/my-model/modeling.py:12", False),  # remote code: the caller's
+        ("/home/me/chat.py:30", False),
+        ("accelerate/utils/operations.py:10", False),
+        ("<unknown>", False),
+    ],
+)
+def test_whose_call_site(site, theirs):
+    assert paths_report.transformers_site(site) is theirs

@@ -32,6 +32,18 @@ def test_a_step_says_when_it_starts_and_how_long_it_took(capsys):
     assert lines[1].startswith("ascend-env: building the thing: done in ") and lines[1].endswith(" s")
 
 
+def test_a_step_that_could_not_be_tried_does_not_say_done(capsys):
+    """verify's accelerate process where accelerate is not installed: the result says "not
+    tried", and so must the progress line."""
+    with progress.step("the hook, through import accelerate") as ending:
+        ending.outcome = "not tried (accelerate is not installed)"
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(
+        "ascend-env: the hook, through import accelerate: not tried (accelerate is not installed), after "
+    )
+    assert "done" not in last
+
+
 def test_a_failing_step_says_so_and_raises(capsys):
     with pytest.raises(RuntimeError), progress.step("compiling"):
         raise RuntimeError("boom")

@@ -205,6 +205,26 @@ def test_unknown_transformers_release(capsys, counts, tmp_path, patches, version
 # -- writes that fail -------------------------------------------------------------------------------
 
 
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """What a failed Python says went wrong: its traceback's last line (the exception), whole."""
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit code {result.returncode}, nothing on stderr"
+
+
+def test_a_skip_reason_names_the_error_not_a_cut_traceback():
+    stderr = (
+        "Traceback (most recent call last):\n"
+        + '  File "<frozen importlib._bootstrap>", line 1, in _find_and_load\n' * 5
+        + "PermissionError: [Errno 13] Permission denied: '/root/venv/lib/python3.11/site-packages'\n"
+    )
+    failed = subprocess.CompletedProcess([], 1, "", stderr)
+    assert (
+        error_line(failed)
+        == "PermissionError: [Errno 13] Permission denied: '/root/venv/lib/python3.11/site-packages'"
+    )
+    assert error_line(subprocess.CompletedProcess([], -9, "", "")) == "exit code -9, nothing on stderr"
+
+
 def as_nobody(argv: list) -> subprocess.CompletedProcess:
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
@@ -220,7 +240,7 @@ def as_nobody(argv: list) -> subprocess.CompletedProcess:
         env=env,
     )
     if probe.returncode != 0:  # e.g. a libpython, a venv or a dependency under a home only root reads
-        pytest.skip(f"this interpreter cannot run ascend_env as nobody: {probe.stderr.strip()[-200:]}")
+        pytest.skip(f"this interpreter cannot run ascend_env as nobody: {error_line(probe)}")
     return subprocess.run(
         [*prefix, "-m", "ascend_env", *argv], capture_output=True, text=True, timeout=120, env=env
     )

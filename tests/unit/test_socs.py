@@ -104,10 +104,23 @@ def test_allow_internal_format(fresh):
     assert not compile_mode.allow_internal_format()
 
 
-def test_bad_simulated_soc_is_a_usage_error(fresh):
+def test_bad_simulated_soc_is_a_usage_error_naming_the_variable(fresh):
     fresh.setenv(compile_mode.SOC_ENV, "nonsense")
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError) as caught:
         compile_mode.soc()
+    assert caught.value.problem == "unknown Ascend SoC 'nonsense' in $ASCEND_ENV_SOC."
+    assert caught.value.fix.startswith("set ASCEND_ENV_SOC to one of 310B") and caught.value.fix.endswith(
+        ", or unset it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [("91OB", "910B"), ("ascend910b5", "Ascend910B"), ("301P", "310P")]
+)
+def test_an_unknown_soc_spelt_like_a_known_one_suggests_it(typed, meant):
+    with pytest.raises(UsageError) as caught:
+        socs.canonical(typed)
+    assert caught.value.problem == f"unknown Ascend SoC {typed!r}. Did you mean {meant!r}?"
 
 
 def test_a_huge_unknown_name_is_not_repeated_whole():

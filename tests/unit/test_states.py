@@ -17,14 +17,14 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "states.md"
     ("patches", "code", "hook", "word", "exit_code", "run"),
     [
         ("applied", 0, True, "applied", 0, "as the engine says"),
-        ("applied", 0, False, "applied", 1, "ascend-env install"),
+        ("applied", 0, False, "applied", 1, "python -m ascend_env install"),
         ("not applied", 1, True, "hook only", 0, None),  # torch_npu lacks isin: the hook registers it
         ("not applied", 0, True, "hook only", 0, None),
         ("nothing to do", 0, True, "hook only", 0, None),
         ("hook only", 0, True, "hook only", 0, None),
-        ("not applied", 0, False, "not applied", 1, "ascend-env install"),
-        ("not applied", 1, False, "not applied", 1, "ascend-env install"),
-        ("nothing to do", 0, False, "not applied", 1, "ascend-env install"),
+        ("not applied", 0, False, "not applied", 1, "python -m ascend_env install"),
+        ("not applied", 1, False, "not applied", 1, "python -m ascend_env install"),
+        ("nothing to do", 0, False, "not applied", 1, "python -m ascend_env install"),
         ("drifted", 1, True, "drifted", 1, "as the engine says"),
         ("interrupted", 1, False, "interrupted", 1, "as the engine says"),
         ("partly applied", 1, True, "partly applied", 1, "as the engine says"),
@@ -42,7 +42,11 @@ def test_without_transformers_the_hook_is_installed_alone():
     state = states.combine(
         "nothing to do", 0, False, "transformers is not installed here", transformers=False
     )
-    assert (state.status, state.code, state.run) == ("not applied", 1, "ascend-env install --hook-only")
+    assert (state.status, state.code, state.run) == (
+        "not applied",
+        1,
+        "python -m ascend_env install --hook-only",
+    )
     assert state.detail == "transformers is not installed here; the startup hook is not installed"
 
 

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typed_reports import unknown_keys
 
+from ascend_env import states
 from ascend_env.checks import smoke, verdict, verify, verify_result, verify_text
 from ascend_env.checks.smoke_report import SmokeReport
 from ascend_env.checks.verify_result import Smoke
@@ -253,13 +254,19 @@ def test_other_fallbacks_are_findings_unless_strict():
     assert verify_text.exit_code(strict) == 1 and list(failed(strict)) == ["strict"]
 
 
-@pytest.mark.parametrize("status", verdict.BROKEN_PATCH_STATES)
+@pytest.mark.parametrize("status", states.BROKEN)
 def test_broken_patch_states_fail(status):
+    """Every state in which status exits 1 and asks the user to act ("transformers removed"
+    included: verify once kept a list of its own without it)."""
     report = good_report()
-    report["installation"]["patches"].update(status=status, code=1, drift=["transformers/x.py changed"])
+    report["installation"]["patches"].update(
+        status=status, code=1, drift=["transformers/x.py changed"], run="python -m ascend_env restore"
+    )
     result = judged(report)
     assert list(failed(result)) == ["patches"]
     assert failed(result)["patches"].startswith(status)
+    fix = {check["name"]: check["fix"] for check in result["checks"]}["patches"]
+    assert "python -m ascend_env restore" in fix
 
 
 def test_patches_not_applied_pass_when_the_hook_works():
@@ -405,6 +412,70 @@ def test_broken_torch_and_missing_report_fail():
     assert set(failed(broken)) == {"torch", "hook"}
     crashed = verdict.judge([Smoke("sim", ["isin"], {}, "Segmentation fault\n", -11)]).to_dict()
     assert "exited -11 without a report" in failed(crashed)["smoke test"]
+
+
+def stopped(error: Dict[str, Any]) -> Dict[str, Any]:
+    """The verdict on a smoke test that stopped with ``error`` before the backend started."""
+    report = {"silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": []}
+    return judged({**report, "error": error})
+
+
+def test_a_smoke_test_that_stopped_says_so_not_that_the_backend_did_not_start():
+    result = stopped({"type": "RuntimeError", "problem": "boom", "fix": None, "environment": False})
+    checks = {check["name"]: check for check in result["checks"]}
+    assert checks["smoke test"]["detail"] == "RuntimeError: boom"
+    assert checks["smoke test"]["fix"].startswith("report it")  # a bug of ours: report it
+    assert checks["hook"]["detail"] == "not checked: the smoke test stopped before it took the hook's record"
+    report = {"silencers": {}, "installation": good_report()["installation"], "steps": {}, "warnings": []}
+    no_torch = judged({**report, "torch_error": "ImportError: no torch"})
+    assert failed(no_torch)["hook"] == "not checked: the NPU backend did not start"
+
+
+def test_an_environment_problem_in_a_smoke_test_keeps_its_own_fix():
+    result = stopped(
+        {
+            "type": "EnvironmentProblem",
+            "problem": "the cache is not yours.",
+            "fix": "set X",
+            "environment": True,
+        }
+    )
+    check = {check["name"]: check for check in result["checks"]}["smoke test"]
+    assert (check["detail"], check["fix"]) == ("the cache is not yours.", "set X")
+
+
+def test_a_python_without_transformers_exits_2_with_its_fix(tmp_path):
+    """torch imports, transformers is not installed: the smoke test says so before the simulator
+    starts (not a ModuleNotFoundError to report)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed in this Python")
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("")
+    code, out, err, _ = run_verify("--simulate", "--json", env={"PYTHONPATH": str(fake)})
+    assert code == 2, err
+    result = json.loads(out)
+    assert result["error"] == "EnvironmentProblem"
+    assert result["problem"].startswith("transformers is not installed for ")
+    assert "reaches torch_npu through transformers' check and runs its generate()" in result["problem"]
+    assert result["fix"].startswith("install the transformers your programs run (pip install transformers;")
+    assert "[sim]" in result["fix"] and "report it" not in result["fix"]
+
+
+def test_transformers_removed_after_install_says_what_status_says_to_run(monkeypatch):
+    from ascend_env.exceptions import EnvironmentProblem
+
+    monkeypatch.setattr(smoke.importlib.util, "find_spec", lambda name, *a: None)
+    run = "python -m ascend_env restore (removes that record and the startup hook)"
+    recorded = {"patches": {"status": "transformers removed", "code": 1, "run": run}}
+    with pytest.raises(EnvironmentProblem) as caught:
+        smoke._require_transformers(recorded)
+    assert caught.value.fix.endswith(f"then verify again; where it is gone for good: {run}")
+    with pytest.raises(EnvironmentProblem) as plain:
+        smoke._require_transformers({"patches": {"status": "nothing to do", "code": 0}})
+    assert "gone for good" not in plain.value.fix
 
 
 def test_a_second_process_is_judged_with_the_first():
@@ -564,6 +635,37 @@ def test_usage_errors_exit_2(args, needle):
     code, out, err, _ = run_verify(*args)
     assert code == 2
     assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        ([], {"ASCEND_ENV_SOC": "garbage"}, "unknown Ascend SoC 'garbage' in $ASCEND_ENV_SOC."),
+        (["--soc", "91OB"], {}, "unknown Ascend SoC '91OB'. Did you mean '910B'?"),
+    ],
+)
+def test_an_unknown_soc_fails_before_the_smoke_test(args, env, said):
+    code, out, err, _ = run_verify("--simulate", *args, env=env)
+    assert code == 2 and out == ""
+    assert err.splitlines()[0] == f"ascend-env: {said}", err
+    assert "smoke test" not in err  # nothing ran first
+
+
+def test_the_help_names_the_table_verify_runs_by_default():
+    """Without torch_npu and --torch-npu, the oldest release's table (which lacks what the affected
+    releases lack), as --help says: it once said the newest."""
+    import importlib.util
+
+    from ascend_env.checks import tables
+    from ascend_env.cli import build_parser
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed: its own op lists are the default")
+    assert tables.choose_table(None).chosen == "oldest"
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = " ".join(subparsers.choices["verify"].format_help().split())
+    assert "else the oldest known release, which lacks what the affected releases lack" in help_text
+    assert "newest" not in help_text
 
 
 def test_a_python_without_ascend_env_exits_2(tmp_path):

@@ -57,9 +57,12 @@ def _chain() -> None:
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
-        import importlib.util  # only where there is one: it costs a few imports
+        # importlib.util.module_from_spec is this function, re-exported; importlib.util itself
+        # would import contextlib and collections into every audited process that has a vendor
+        # sitecustomize (Debian's and Ubuntu's Pythons ship one), more than that Python loads anyway.
+        from importlib._bootstrap import module_from_spec
 
-        module = importlib.util.module_from_spec(spec)
+        module = module_from_spec(spec)
         sys.modules["sitecustomize"] = module
         spec.loader.exec_module(module)
 

@@ -297,7 +297,7 @@ def test_drift_after_reinstall_is_reported_and_reinstall_reapplies(site, patches
     assert drift(site) == [f"{STOP_PATH} changed since ascend-env install"]
     report = engine.status(site, directory=patches)
     assert (report.verdict.status, report.code) == ("drifted", 1)
-    assert "ascend-env install" in report.verdict.run
+    assert "python -m ascend_env install" in report.verdict.run
     install(site, patches)
     assert drift(site) == [] and (site / STOP_PATH).read_text() == STOPPING_PATCHED
     assert_record_true(site)
@@ -326,7 +326,7 @@ def test_status_states(tmp_path, patches):
     site = make_site(tmp_path, torch_npu_ops=["abs"])
     report = engine.status(site, directory=patches)
     assert (report.verdict.status, report.code) == ("not applied", 1)
-    assert report.verdict.run == "ascend-env install"
+    assert report.verdict.run == "python -m ascend_env install"
     (site / STOP_PATH).write_text(STOPPING_PATCHED)
     report = engine.status(site, directory=patches)
     assert (report.verdict.status, report.code) == ("partly applied", 1)
@@ -337,7 +337,7 @@ def test_status_states(tmp_path, patches):
     # applied, and exits 1 with what to run, as verify fails there.
     result = run_cli("status", "--target", str(site), "--patches-dir", str(patches))
     assert result.returncode == 1 and result.stdout.startswith("applied:")
-    assert "  run: ascend-env install\n" in result.stdout
+    assert "  run: python -m ascend_env install\n" in result.stdout
     assert result.stdout.endswith("status: applied: the startup hook is not installed\n")
 
 
