@@ -418,7 +418,7 @@ def render_page(document: Dict[str, Any]) -> str:
         ]
         for note in record.get("notes", []):
             lines += [f"Note: {note}", ""]
-        copied = sorted({fix.family for fix in FIXES if fix.copies_to_host(record["table"])})
+        copied = sorted({fix.name for fix in FIXES if fix.copies_to_host(record["table"])})
         if copied:
             lines += [
                 f"torch_npu {record['table']} registers {', '.join(f'`{op}`' for op in copied)} with a "

@@ -17,7 +17,7 @@ from ascend_env.detect import cann, compat, driver, hook_site, packages, socs
 from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
-from ascend_env.kernels.registry import FIXES, families
+from ascend_env.kernels.registry import FIXES, OVERLOADS
 
 __all__ = [
     "FALLBACK_OPS",
@@ -314,7 +314,9 @@ def read_isin(torch_npu: Package) -> Isin:
     missing = [op for op in ISIN_OVERLOADS if op not in ops]
     # A functional overload without a kernel still runs natively through its out= form.
     lacking = [
-        fix.op for fix in FIXES if fix.op in FALLBACK_OPS and all(op in missing for op in fix.when_missing)
+        fix.op
+        for fix in OVERLOADS
+        if fix.op in FALLBACK_OPS and all(op in missing for op in fix.when_missing)
     ]
     if lacking:
         reason = (
@@ -326,26 +328,30 @@ def read_isin(torch_npu: Package) -> Isin:
     return Isin(False, "native", reason, native, missing)
 
 
+def _fixed() -> List[str]:
+    """The registry's fixes by name."""
+    return [fix.name for fix in FIXES]
+
+
 def read_fixes(torch_npu: Package, sites: Sequence[Path]) -> List[FixedOp]:
-    """Per op of the registry (:func:`ascend_env.kernels.registry.families`): native, fixed by
+    """Per op of the registry (:data:`ascend_env.kernels.registry.FIXES`): native, fixed by
     the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists."""
     if not torch_npu.installed:
-        return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in families()]
+        return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in _fixed()]
     if torch_npu.package_dir is None:
         reason = f"unknown: torch_npu {torch_npu.version} has no package directory to read."
-        return [FixedOp(op, "unknown", [], reason) for op in families()]
+        return [FixedOp(op, "unknown", [], reason) for op in _fixed()]
     try:
         ops = read_torch_npu(torch_npu.package_dir)
     except AscendEnvError as exc:
-        return [FixedOp(op, "unknown", [], f"unknown: {exc.problem}") for op in families()]
+        return [FixedOp(op, "unknown", [], f"unknown: {exc.problem}") for op in _fixed()]
     hooked = [site for site in sites if hook_site.installed(site)]
     release = f"torch_npu {torch_npu.version}"
     found = []
-    for family in families():
-        lacking = [
-            fix.op for fix in FIXES if fix.family == family and all(op not in ops for op in fix.when_missing)
-        ]
-        copied = [fix.op for fix in FIXES if fix.family == family and fix.copies_to_host(torch_npu.version)]
+    for fix in FIXES:
+        family = fix.name
+        lacking = [op.op for op in fix.ops if all(name not in ops for name in op.when_missing)]
+        copied = [op.op for op in fix.ops if fix.copies_to_host(torch_npu.version)]
         if not lacking and copied:
             found.append(
                 FixedOp(

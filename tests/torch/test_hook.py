@@ -161,7 +161,7 @@ def test_registering_twice_is_harmless(hooked_env):
         ENABLE_SIM.format(table="2.1.0.post6") + "\nimport json, torch\nimport ascend_env_hook as boot\n"
         "from ascend_env import _watch\nfrom ascend_env.hook import runtime\n"
         "first = list(runtime.status()['registered'])\n"
-        "again = runtime.activate('ascend_env.sim')\n_watch.notify(boot.STATE, 'ascend_env.sim')\n"
+        "again = runtime.activate('torch_npu')\n_watch.notify(boot.STATE, 'torch_npu')\n"
         "x = torch.tensor([1, 2], device='npu')\n"
         "print(json.dumps([first, again, runtime.status()['registered'], torch.isin(x, x).cpu().tolist()]))\n"
     )

@@ -204,7 +204,7 @@ abs, angle = torch.rand(2, 5, dtype=torch.float64), torch.randn(5, dtype=torch.f
 before = torch.polar(abs.to("npu"), angle.to("npu"))
 fell_back = dict(sim.fallbacks())
 sim.reset()
-registered = runtime.activate("ascend_env.sim")
+registered = runtime.activate("torch_npu")
 got = torch.polar(abs.to("npu"), angle.to("npu"))
 out = torch.empty(0, dtype=torch.complex128, device="npu")
 torch.polar(abs.to("npu"), angle.to("npu"), out=out)
