@@ -244,13 +244,25 @@ def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
     packet = getattr(getattr(torch.ops, fix.namespace), name)
     args = [_tensors(torch, value, device) for value in sample.args]
     kwargs = {key: _tensors(torch, value, device) for key, value in sample.kwargs}
-    out = None
-    if sample.out is not None:
-        out = kwargs["out"] = torch.empty(0, dtype=getattr(torch, sample.out), device=device)
-    return getattr(packet, overload or "default")(*args, **kwargs), out
+    outs = []
+    for keyword, dtype in sample.out_keywords:
+        outs.append(torch.empty(0, dtype=getattr(torch, dtype), device=device))
+        kwargs[keyword] = outs[-1]
+    return getattr(packet, overload or "default")(*args, **kwargs), outs
+
+
+def _results(got: Any) -> List[Any]:
+    """A call's tensors: none (``_assert_async``), one, or a tuple's."""
+    return [] if got is None else list(got) if isinstance(got, (tuple, list)) else [got]
 
 
 def _same(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
+    """Whether ``got`` (on the CPU) is ``expected``, tensor by tensor, within the sample's tolerance."""
+    got, expected = _results(got), _results(expected)
+    return len(got) == len(expected) and all(_same_tensor(torch, a, b, sample) for a, b in zip(got, expected))
+
+
+def _same_tensor(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
     if got.dtype != expected.dtype or got.shape != expected.shape:
         return False
     if sample.atol == 0 and sample.rtol == 0:
@@ -269,14 +281,16 @@ def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
     for sample in fix.smoke:
         try:
             expected, _ = _call(torch, fix, sample, "cpu")
-            got, out = _call(torch, fix, sample, device)
+            got, outs = _call(torch, fix, sample, device)
+            tensors = _results(got)
             error = None
-            if got.device.type != torch.device(device).type:
-                error = f"the result is on {got.device}, not {device}"
-            elif out is not None and got.data_ptr() != out.data_ptr():
+            if any(tensor.device.type != torch.device(device).type for tensor in tensors):
+                error = f"the result is on {[str(tensor.device) for tensor in tensors]}, not {device}"
+            elif outs and [t.data_ptr() for t in tensors] != [t.data_ptr() for t in outs]:
                 error = "the result is not the out= tensor"
-            elif not _same(torch, got.cpu(), expected, sample):
-                error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
+            elif not _same(torch, tuple(tensor.cpu() for tensor in tensors), expected, sample):
+                mine = [tensor.cpu().tolist() for tensor in tensors]
+                error = f"{mine} differs from the CPU's {[tensor.tolist() for tensor in _results(expected)]}"
         except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
             error = f"{type(exc).__name__}: {exc}"
         results[sample.overload] = {"ok": error is None, "error": error}

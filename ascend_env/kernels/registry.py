@@ -38,9 +38,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 __all__ = [
+    "ASSERT_ASYNC",
+    "BITWISE_SHIFT",
+    "BUCKETIZE",
     "FIXES",
     "ISIN",
     "POLAR",
+    "REPEAT_INTERLEAVE",
+    "SORT_STABLE",
     "OVERLOADS",
     "Fix",
     "Op",
@@ -76,7 +81,8 @@ class T:
 class Sample:
     """One smoke-test call of ``overload``: ``args`` (a :class:`T` becomes a tensor on the device,
     anything else is passed as is) and ``kwargs``; ``out``, the dtype of an empty ``out=``
-    tensor; ``atol``/``rtol``, the tolerance against the CPU (0: equal)."""
+    tensor; ``outs``, ``(keyword, dtype)`` of several (``values=``, ``indices=``);
+    ``atol``/``rtol``, the tolerance against the CPU (0: equal)."""
 
     overload: str
     args: Tuple[Any, ...]
@@ -84,6 +90,12 @@ class Sample:
     out: Optional[str] = None
     atol: float = 0.0
     rtol: float = 0.0
+    outs: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def out_keywords(self) -> Tuple[Tuple[str, str], ...]:
+        """``(keyword, dtype)`` of every ``out=`` tensor the call takes."""
+        return (("out", self.out),) if self.out is not None else self.outs
 
 
 @dataclass(frozen=True, eq=False)  # one object per fix: compared and hashed by identity
@@ -256,7 +268,159 @@ POLAR = Fix(
     host_copy=("==2.1.0.post6", "==2.2.0.post2", "==2.3.1"),
 )
 
-FIXES: Tuple[Fix, ...] = (ISIN, POLAR)
+# -- repeat_interleave.Tensor ------------------------------------------------------------------------
+# Registered by the newest release of each line only (2.7.1.post11, 2.9.0.post9, 2.10.0.post7,
+# 2.11.0.post3, 2.12.0.post3) and from 2.13.0 on.
+_REPEAT_INTERLEAVE_MISSING = (
+    "<2.7.1.post11",
+    ">=2.8.0,<2.9.0.post9",
+    "==2.9.1",
+    ">=2.10.0,<2.10.0.post7",
+    ">=2.11.0,<2.11.0.post3",
+    ">=2.12.0,<2.12.0.post3",
+)
+
+REPEAT_INTERLEAVE = Fix(
+    name="repeat_interleave",
+    module="ascend_env.kernels.repeat_interleave",
+    overloads=(Overload("repeat_interleave.Tensor", _REPEAT_INTERLEAVE_MISSING),),
+    reason=(
+        "Qwen2-VL's vision tower (and models that copy it) builds cu_seqlens with "
+        "torch.repeat_interleave(tensor) on every forward with images: each call a host round trip."
+    ),
+    upstream="PyTorch aten/src/ATen/native/Repeat.cpp and Repeat.h (repeat_interleave_common)",
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=("the output length and whether a repeat is negative, one read, unless output_size is given",),
+    smoke=(Sample("repeat_interleave.Tensor", (T([2, 0, 3, 1], "int64"),)),),
+)
+
+# -- bitwise_left_shift / bitwise_right_shift --------------------------------------------------------
+# The same releases as repeat_interleave.Tensor lack both Tensor_out forms; the functional and
+# in-place overloads are in no table: their structured kernels call the Tensor_out form.
+_SHIFT_MISSING = _REPEAT_INTERLEAVE_MISSING
+_BITS = T([1, 2, -3, 64, 7], "int64")
+_SHIFTS = T([1, 0, 3, 2, 70], "int64")
+
+
+def _shift_overloads(name: str) -> Tuple[Overload, ...]:
+    out = f"{name}.Tensor_out"
+    return (
+        Overload(f"{name}.Tensor", _SHIFT_MISSING, out),
+        Overload(out, _SHIFT_MISSING),
+        Overload(f"{name}_.Tensor", _SHIFT_MISSING, out),
+    )
+
+
+BITWISE_SHIFT = Fix(
+    name="bitwise_shift",
+    module="ascend_env.kernels.bitwise_shift",
+    overloads=(*_shift_overloads("bitwise_left_shift"), *_shift_overloads("bitwise_right_shift")),
+    reason=(
+        "4-bit weight unpacking (GPTQ/AWQ-style packed int32) shifts with torch.bitwise_left_shift/"
+        "right_shift, at load or per layer per forward: each call a host round trip."
+    ),
+    upstream="PyTorch aten/src/ATen/native/BinaryOps.cpp (lshift_stub / rshift_stub serve __lshift__ too)",
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=tuple(
+        Sample(f"{name}{suffix}", (_BITS, _SHIFTS), out="int64" if suffix == ".Tensor_out" else None)
+        for name in ("bitwise_left_shift", "bitwise_right_shift")
+        for suffix in (".Tensor", ".Tensor_out", "_.Tensor")
+    ),
+)
+
+# -- _assert_async -------------------------------------------------------------------------------------
+ASSERT_ASYNC = Fix(
+    name="assert_async",
+    module="ascend_env.kernels.assert_async",
+    overloads=(Overload("_assert_async", (">=0",)), Overload("_assert_async.msg", (">=0",))),
+    reason=(
+        "torch._assert_async (runtime checks of exported and compiled programs, and of model code "
+        "that avoids a Python-level sync) has no kernel in any release: each call falls back."
+    ),
+    upstream="PyTorch aten/src/ATen/native/TensorCompare.cpp (_assert_async_cpu, _assert_async_msg_cpu)",
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=("the one value asserted (is_nonzero), as the CPU op reads it",),
+    smoke=(
+        Sample("_assert_async", (T(1, "int64"),)),
+        Sample("_assert_async.msg", (T(0.5, "float32"), "never raised")),
+    ),
+)
+
+# -- sort(stable=...) ------------------------------------------------------------------------------------
+# torch_npu 2.1.0.post3 and 2.2.0 (op-plugin 0200d703b71c) lack sort.stable and sort.values_stable.
+_OLD_OPPLUGIN = ("<2.1.0.post6", ">=2.2.0,<2.2.0.post2")
+_TIES = T([[3.0, 1.0, 2.0, 1.0, 3.0], [0.0, -0.0, 5.0, 0.0, -1.0]], "float32")
+
+SORT_STABLE = Fix(
+    name="sort_stable",
+    module="ascend_env.kernels.sort_stable",
+    overloads=_pair("sort.stable", "sort.values_stable", _OLD_OPPLUGIN),
+    reason=(
+        "torch.sort(stable=...) and torch.argsort(stable=True) (top-p sampling's stable sorts, "
+        "MoE token routing) fall back on the two releases without them."
+    ),
+    upstream=(
+        "op-plugin 0200d703b71c (no sort.stable in its YAML); PyTorch "
+        "aten/src/ATen/native/cpu/SortingKernel.cpp"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample("sort.stable", (_TIES,), (("stable", True), ("descending", True))),
+        Sample(
+            "sort.values_stable",
+            (_TIES,),
+            (("stable", True),),
+            outs=(("values", "float32"), ("indices", "int64")),
+        ),
+    ),
+)
+
+# -- bucketize -----------------------------------------------------------------------------------------
+_VALUES = T([[1.0, 5.0, 3.0], [-2.0, 4.0, 0.0]], "float32")
+_BOUNDARIES = T([0.0, 2.0, 4.0], "float32")
+
+BUCKETIZE = Fix(
+    name="bucketize",
+    module="ascend_env.kernels.bucketize",
+    overloads=(
+        *_pair("bucketize.Tensor", "bucketize.Tensor_out", _OLD_OPPLUGIN),
+        Overload("bucketize.Scalar", _OLD_OPPLUGIN),
+    ),
+    reason=(
+        "torch.bucketize (relative position buckets of T5-style attention, binning) falls back on "
+        "the two releases without it."
+    ),
+    upstream=(
+        "op-plugin 0200d703b71c (no bucketize in its YAML); PyTorch aten/src/ATen/native/Bucketization.cpp"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample("bucketize.Tensor", (_VALUES, _BOUNDARIES)),
+        Sample("bucketize.Tensor_out", (_VALUES, _BOUNDARIES), (("right", True),), out="int64"),
+        Sample("bucketize.Scalar", (3, _BOUNDARIES), (("out_int32", True),)),
+    ),
+)
+
+FIXES: Tuple[Fix, ...] = (ISIN, POLAR, REPEAT_INTERLEAVE, BITWISE_SHIFT, ASSERT_ASYNC, SORT_STABLE, BUCKETIZE)
+
 
 #: Every overload of every fix, in registry order: what the hook decides and registers.
 OVERLOADS: Tuple[Op, ...] = tuple(op for fix in FIXES for op in fix.ops)

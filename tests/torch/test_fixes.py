@@ -54,7 +54,7 @@ CASES = [
 def test_fix_on_the_simulated_npu(fix, lacking):
     table = _table(fix, lacking)
     if table is None:
-        pytest.skip(f"every table {'has' if not lacking else 'lacks'} {fix.name}")
+        pytest.skip(f"no table {'lacks' if lacking else 'has'} {fix.name}")
     if fix.requires is not None:
         pytest.importorskip(fix.requires)
     done = run_python(SCRIPT.format(table=table, name=fix.name))
