@@ -66,10 +66,19 @@ def _check_integral(stub: str, *operands: Tensor) -> None:
         raise NotImplementedError(f"\"{stub}_cpu\" not implemented for '{_name(dtype)}'")
 
 
+def _can_cast(source: torch.dtype, target: torch.dtype) -> bool:
+    """c10's ``canCast`` (``torch.can_cast`` dispatches an op that no release lists)."""
+    if source.is_complex and not target.is_complex:
+        return False
+    if source.is_floating_point and not (target.is_floating_point or target.is_complex):
+        return False
+    return source == torch.bool or target != torch.bool
+
+
 def _check_cast(target: Tensor, *operands: Tensor) -> None:
     """ATen's check of an ``out=`` or in-place tensor, made before the kernel's own."""
     dtype = torch.result_type(*operands)
-    if not torch.can_cast(dtype, target.dtype):
+    if not _can_cast(dtype, target.dtype):
         raise RuntimeError(
             f"result type {_name(dtype)} can't be cast to the desired output type {_name(target.dtype)}"
         )

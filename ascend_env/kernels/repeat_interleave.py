@@ -44,7 +44,19 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
     }
 )
 
-_NAMES = {torch.float16: "Half", torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16"}
+# ATen's names of the dtypes in its messages (c10::toString of the ScalarType).
+_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
 
 
 def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = None) -> Tensor:
@@ -53,7 +65,7 @@ def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = No
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     dtype = repeats.dtype
     if dtype not in (torch.int32, torch.int64):
-        name = _NAMES.get(dtype, str(dtype).replace("torch.", "").capitalize())
+        name = _NAMES.get(dtype, str(dtype).replace("torch.", ""))
         raise NotImplementedError(f"\"repeat_interleave_cpu\" not implemented for '{name}'")
     if repeats.numel() == 0:
         return torch.empty((0,), dtype=dtype, device=repeats.device)
