@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import types
 import unittest
-import warnings
 from typing import Any, Callable, Dict, List
 
 import pytest
@@ -123,18 +122,16 @@ def test_shifts_by_the_width_or_more_and_by_negative_amounts_are_the_cpus():
         (torch.tensor([1]), torch.tensor([1.5]), torch.empty(0, dtype=torch.int64)),
     ],
 )
-def test_shift_refusals_are_the_cpus(self, other, out):
-    for name in ("bitwise_left_shift", "bitwise_right_shift"):
-        native, mine = getattr(torch, name), getattr(bitwise_shift, name)
-        if out is None:
-            raises_like(lambda: mine(self, other), lambda: native(self, other))
-            inplace = getattr(bitwise_shift, f"{name}_")
-            raises_like(
-                lambda: inplace(self.clone(), other), lambda: getattr(self.clone(), f"{name}_")(other)
-            )
-        else:
-            mine_out = getattr(bitwise_shift, f"{name}_out")
-            raises_like(lambda: mine_out(self, other, out=out), lambda: native(self, other, out=out))
+@pytest.mark.parametrize("name", ["bitwise_left_shift", "bitwise_right_shift"])
+def test_shift_refusals_are_the_cpus(self, other, out, name):
+    native, mine = getattr(torch, name), getattr(bitwise_shift, name)
+    if out is None:
+        raises_like(lambda: mine(self, other), lambda: native(self, other))
+        inplace = getattr(bitwise_shift, f"{name}_")
+        raises_like(lambda: inplace(self.clone(), other), lambda: getattr(self.clone(), f"{name}_")(other))
+    else:
+        mine_out = getattr(bitwise_shift, f"{name}_out")
+        raises_like(lambda: mine_out(self, other, out=out), lambda: native(self, other, out=out))
 
 
 def test_shift_out_of_another_shape_warns_as_aten():
@@ -342,18 +339,18 @@ def test_bucketize_edges_nan_and_refusals_are_the_cpus():
     ],
     ids=["one", "half", "true", "zero", "zero-float", "empty", "two"],
 )
-def test_assert_async_is_the_cpus(value):
+@pytest.mark.parametrize("message", ["custom message", ""])
+def test_assert_async_is_the_cpus(value, message):
     native = value.numel() == 1 and bool(value)
     if native:
         assert assert_async.assert_async(value) is None and torch._assert_async(value) is None
         assert assert_async.assert_async_msg(value, "m") is None
         return
     raises_like(lambda: assert_async.assert_async(value), lambda: torch._assert_async(value))
-    for message in ("custom message", ""):
-        raises_like(
-            lambda: assert_async.assert_async_msg(value, message),
-            lambda: torch.ops.aten._assert_async.msg(value, message),
-        )
+    raises_like(
+        lambda: assert_async.assert_async_msg(value, message),
+        lambda: torch.ops.aten._assert_async.msg(value, message),
+    )
 
 
 # -- what the kernels dispatch ---------------------------------------------------------------------------
