@@ -22,7 +22,7 @@ from typing import Callable, Dict, FrozenSet
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import resize_output
+from ascend_env.kernels.outputs import not_implemented, resize_output
 
 __all__ = [
     "KERNELS",
@@ -63,7 +63,7 @@ def _check_integral(stub: str, *operands: Tensor) -> None:
     """What the CPU kernel raises for a result that is not an integer (bool included)."""
     dtype = torch.result_type(*operands)
     if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-        raise NotImplementedError(f"\"{stub}_cpu\" not implemented for '{_name(dtype)}'")
+        raise not_implemented(f"{stub}_cpu", _name(dtype))
 
 
 def _can_cast(source: torch.dtype, target: torch.dtype) -> bool:

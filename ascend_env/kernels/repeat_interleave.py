@@ -25,6 +25,8 @@ from typing import Callable, Dict, FrozenSet, Optional
 import torch
 from torch import Tensor
 
+from ascend_env.kernels.outputs import not_implemented
+
 __all__ = ["KERNELS", "NATIVE_OPS", "repeat_interleave_tensor"]
 
 #: Every aten op the kernel dispatches; each is in the ``supported:`` op lists of every torch_npu
@@ -66,7 +68,7 @@ def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = No
     dtype = repeats.dtype
     if dtype not in (torch.int32, torch.int64):
         name = _NAMES.get(dtype, str(dtype).replace("torch.", ""))
-        raise NotImplementedError(f"\"repeat_interleave_cpu\" not implemented for '{name}'")
+        raise not_implemented("repeat_interleave_cpu", name)
     if repeats.numel() == 0:
         return torch.empty((0,), dtype=dtype, device=repeats.device)
     cumsum = torch.cumsum(repeats, 0, dtype=torch.int64)
