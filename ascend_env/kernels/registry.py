@@ -20,6 +20,8 @@ where each decomposition declares the overloads it serves:
   is installed, the fix is left to it;
 - ``host_reads``: every value a kernel reads back to the host, and why (none for most);
 - ``smoke``: the :class:`Sample` calls the smoke test runs on the device against the CPU;
+- ``generation``: whether transformers' text generation reaches the op (``audit --torch-npu
+  affected`` runs the releases that lack one of those);
 - ``host_copy``: releases whose registered kernel copies to the host and back (left alone).
 
 The startup hook (:mod:`ascend_env.hook.runtime`) registers an overload only where neither it
@@ -113,6 +115,7 @@ class Fix:
     registered_by: Tuple[str, ...]
     host_reads: Tuple[str, ...]
     smoke: Tuple[Sample, ...]
+    generation: bool
     host_copy: Tuple[str, ...] = ()
 
     @property
@@ -230,6 +233,7 @@ ISIN = Fix(
         Sample("isin.Scalar_Tensor", (6, _TEST)),
         Sample("isin.Scalar_Tensor_out", (6, _TEST), out="bool"),
     ),
+    generation=True,
 )
 
 # -- polar -----------------------------------------------------------------------------------------
@@ -265,6 +269,7 @@ POLAR = Fix(
         Sample("polar", (_MAGNITUDE, _ANGLE), atol=_POLAR_ATOL, rtol=_POLAR_RTOL),
         Sample("polar.out", (_MAGNITUDE, _ANGLE), out="complex64", atol=_POLAR_ATOL, rtol=_POLAR_RTOL),
     ),
+    generation=True,
     host_copy=("==2.1.0.post6", "==2.2.0.post2", "==2.3.1"),
 )
 
@@ -295,6 +300,7 @@ REPEAT_INTERLEAVE = Fix(
     registered_by=(),
     host_reads=("the output length and whether a repeat is negative, one read, unless output_size is given",),
     smoke=(Sample("repeat_interleave.Tensor", (T([2, 0, 3, 1], "int64"),)),),
+    generation=False,
 )
 
 # -- bitwise_left_shift / bitwise_right_shift --------------------------------------------------------
@@ -333,6 +339,7 @@ BITWISE_SHIFT = Fix(
         for name in ("bitwise_left_shift", "bitwise_right_shift")
         for suffix in (".Tensor", ".Tensor_out", "_.Tensor")
     ),
+    generation=False,
 )
 
 # -- _assert_async -------------------------------------------------------------------------------------
@@ -354,6 +361,7 @@ ASSERT_ASYNC = Fix(
         Sample("_assert_async", (T(1, "int64"),)),
         Sample("_assert_async.msg", (T(0.5, "float32"), "never raised")),
     ),
+    generation=False,
 )
 
 # -- sort(stable=...) ------------------------------------------------------------------------------------
@@ -387,6 +395,7 @@ SORT_STABLE = Fix(
             outs=(("values", "float32"), ("indices", "int64")),
         ),
     ),
+    generation=False,
 )
 
 # -- bucketize -----------------------------------------------------------------------------------------
@@ -417,6 +426,7 @@ BUCKETIZE = Fix(
         Sample("bucketize.Tensor_out", (_VALUES, _BOUNDARIES), (("right", True),), out="int64"),
         Sample("bucketize.Scalar", (3, _BOUNDARIES), (("out_int32", True),)),
     ),
+    generation=False,
 )
 
 FIXES: Tuple[Fix, ...] = (ISIN, POLAR, REPEAT_INTERLEAVE, BITWISE_SHIFT, ASSERT_ASYNC, SORT_STABLE, BUCKETIZE)

@@ -149,6 +149,7 @@ def _vision_fix(registered_by: Tuple[str, ...]) -> Any:
         registered_by=registered_by,
         host_reads=(),
         smoke=(),
+        generation=False,
     )
 
 
