@@ -422,7 +422,7 @@ def render_page(document: Dict[str, Any]) -> str:
         if copied:
             lines += [
                 f"torch_npu {record['table']} registers {', '.join(f'`{op}`' for op in copied)} with a "
-                "kernel that copies to the host and back (see [the isin kernel](isin.md#polar)): no "
+                "kernel that copies to the host and back (see [the kernels](kernels.md#polar)): no "
                 "fallback is counted, but the models that fall back on it under a table without it "
                 "run it on the CPU here too.",
                 "",

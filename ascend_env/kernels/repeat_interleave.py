@@ -5,9 +5,9 @@
 builds ``cu_seqlens`` with it on every forward with images). ATen's CPU kernel
 (``aten/src/ATen/native/Repeat.cpp`` and ``Repeat.h``, ``repeat_interleave_common``) takes the
 cumulative sum, reads its last value back as the output length (unless ``output_size`` is given)
-and checks that no repeat is negative. Here the output is
-``searchsorted(cumsum(repeats), arange(total), right=True)``: the index ``i`` with
-``cumsum[i - 1] <= j < cumsum[i]``, zero repeats included.
+and checks that no repeat is negative. Here the output's element ``j`` is the number of ``i``
+with ``cumsum[i] <= j``: one ``scatter_add_`` of a 1 at each ``cumsum[i]`` and a ``cumsum`` of
+those marks (linear; ``searchsorted`` of every position was 20 times slower on the CPU).
 
 Host reads: the output length and the negative check, when ``output_size`` is not given, in one
 read of two values (ATen reads them in two); none with ``output_size``. Then, as on CUDA, the
@@ -41,8 +41,10 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "cat",
         "empty.memory_format",
         "copy_",
-        "arange.start",
-        "searchsorted.Tensor",
+        "zeros",
+        "clamp",
+        "ones_like",
+        "scatter_add_",
     }
 )
 
@@ -81,8 +83,12 @@ def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = No
             raise RuntimeError("repeats can not be negative")
     else:
         total = output_size
-    positions = torch.arange(0, total, dtype=torch.int64, device=repeats.device)
-    return torch.searchsorted(cumsum, positions, right=True, out_int32=dtype == torch.int32)
+    # marks[j]: how many repeats end at j (zero repeats end where the one before did); their
+    # running sum at j is the number of indices i with cumsum[i] <= j, the index j belongs to.
+    marks = torch.zeros((total + 1,), dtype=dtype, device=repeats.device)
+    ends = torch.clamp(cumsum, 0, total)  # the last ends at total (dropped); so would any past it
+    marks.scatter_add_(0, ends, torch.ones_like(ends, dtype=dtype))
+    return torch.cumsum(marks.as_strided((total,), (1,), 0), 0, dtype=dtype)
 
 
 #: The kernel by overload, callable as the dispatcher calls one registered with
