@@ -418,11 +418,11 @@ def render_page(document: Dict[str, Any]) -> str:
         ]
         for note in record.get("notes", []):
             lines += [f"Note: {note}", ""]
-        copied = sorted({fix.family for fix in FIXES if fix.copies_to_host(record["table"])})
+        copied = sorted({fix.name for fix in FIXES if fix.copies_to_host(record["table"])})
         if copied:
             lines += [
                 f"torch_npu {record['table']} registers {', '.join(f'`{op}`' for op in copied)} with a "
-                "kernel that copies to the host and back (see [the isin kernel](isin.md#polar)): no "
+                "kernel that copies to the host and back (see [the kernels](kernels.md#polar)): no "
                 "fallback is counted, but the models that fall back on it under a table without it "
                 "run it on the CPU here too.",
                 "",

@@ -100,9 +100,9 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
 
 
 def _fallback_fix(fallbacks: Mapping[str, int]) -> str:
-    from ascend_env.kernels.registry import FIXES
+    from ascend_env.kernels.registry import OVERLOADS
 
-    registered = {fix.qualified_name for fix in FIXES}
+    registered = {fix.qualified_name for fix in OVERLOADS}
     if all(name in registered for name in fallbacks):
         return (
             "run python -m ascend_env install (its startup hook registers an NPU kernel for them), "

@@ -9,8 +9,8 @@ document to ``--report`` (never to stdout, which user code may print to):
 - ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers) or the simulator;
 - ``imports``: how torch_npu was imported (``--imports``: through transformers' or accelerate's
   availability check, as real programs reach it, or directly), and by which module file;
-- ``steps``: one per op of the registry of fixes (:mod:`ascend_env.kernels.registry`): ``isin``
-  and ``polar``, every overload, ``out=`` included, against the CPU; and ``generate`` (a
+- ``steps``: one per fix of the registry (:mod:`ascend_env.kernels.registry`), its ``smoke``
+  samples (every overload, ``out=`` included) against the CPU; and ``generate`` (a
   config-built Llama, greedy with two eos ids, ``min_new_tokens`` and ``suppress_tokens``, against
   the CPU), each with the simulator's fallback counts;
 - ``hook``: :func:`ascend_env.hook.runtime.status` once the backend is up; ``warnings``: Python warnings;
@@ -35,7 +35,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env.checks.smoke_report import (
     Backend,
@@ -46,6 +46,7 @@ from ascend_env.checks.smoke_report import (
     SmokeReport,
     StepResult,
 )
+from ascend_env.kernels.registry import FIXES, Fix, Sample, by_name
 from ascend_env.utils import atomic, progress
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "PROMPT",
     "SILENCERS",
     "STEPS",
+    "check_fix",
     "import_torch_npu",
     "installation",
     "main",
@@ -66,7 +68,8 @@ __all__ = [
 
 SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", "TORCH_CPP_LOG_LEVEL")
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
-STEPS = ("isin", "polar", "generate")  # a step per op of the registry of fixes, then generate()
+#: A step per fix of the registry that has smoke samples, in registry order, then generate().
+STEPS = (*(fix.name for fix in FIXES if fix.smoke), "generate")
 DEVICES = ("auto", "npu", "sim")
 #: How the smoke test's process reaches torch_npu, as real programs do: transformers' availability
 #: check (a ``find_spec`` probe, then the import), accelerate's (at ``import accelerate``), or a
@@ -227,76 +230,72 @@ def _start_simulator(torch_npu: Optional[str], order: str) -> Backend:
     }
 
 
-def _isin_calls(torch: Any) -> Dict[str, Callable[[Any, Any, Any], Any]]:
-    """One call per aten isin overload: ``(elements, test_elements, out) -> result``."""
-    isin = torch.ops.aten.isin
-    return {
-        "isin.Tensor_Tensor": lambda e, t, out: isin.Tensor_Tensor(e, t),
-        "isin.Tensor_Tensor_out": lambda e, t, out: isin.Tensor_Tensor_out(e, t, invert=True, out=out),
-        "isin.Tensor_Scalar": lambda e, t, out: isin.Tensor_Scalar(e, 5),
-        "isin.Tensor_Scalar_out": lambda e, t, out: isin.Tensor_Scalar_out(e, 5, out=out),
-        "isin.Scalar_Tensor": lambda e, t, out: isin.Scalar_Tensor(6, t),
-        "isin.Scalar_Tensor_out": lambda e, t, out: isin.Scalar_Tensor_out(6, t, out=out),
-    }
+def _tensors(torch: Any, value: Any, device: str) -> Any:
+    """A smoke sample's argument: a tensor on ``device`` for a :class:`~ascend_env.kernels.registry.T`."""
+    from ascend_env.kernels.registry import T
+
+    if isinstance(value, T):
+        return torch.tensor(value.values, dtype=getattr(torch, value.dtype), device=device)
+    return value
 
 
-def _check_overloads(
-    torch: Any,
-    device: str,
-    calls: Mapping[str, Callable[[Any, Any, Any], Any]],
-    inputs: Tuple[Any, Any],
-    out_dtype: Any,
-    same: Callable[[Any, Any], bool],
-) -> StepResult:
-    """Each of ``calls`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
+def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
+    """Run ``sample`` of ``fix`` on ``device``: the result and the ``out=`` tensor (or None)."""
+    name, _, overload = sample.overload.partition(".")
+    packet = getattr(getattr(torch.ops, fix.namespace), name)
+    args = [_tensors(torch, value, device) for value in sample.args]
+    kwargs = {key: _tensors(torch, value, device) for key, value in sample.kwargs}
+    outs = []
+    for keyword, dtype in sample.out_keywords:
+        outs.append(torch.empty(0, dtype=getattr(torch, dtype), device=device))
+        kwargs[keyword] = outs[-1]
+    return getattr(packet, overload or "default")(*args, **kwargs), outs
 
-    A call takes the two ``inputs`` (moved to ``device``) and an empty ``out_dtype`` tensor for
-    ``out=``; an overload whose name ends in ``out`` must return that tensor. ``same(got, expected)``
-    compares the result, brought back to the CPU, with the CPU's."""
-    first, second = inputs
+
+def _results(got: Any) -> List[Any]:
+    """A call's tensors: none (``_assert_async``), one, or a tuple's."""
+    return [] if got is None else list(got) if isinstance(got, (tuple, list)) else [got]
+
+
+def _same(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
+    """Whether ``got`` (on the CPU) is ``expected``, tensor by tensor, within the sample's tolerance."""
+    got, expected = _results(got), _results(expected)
+    return len(got) == len(expected) and all(_same_tensor(torch, a, b, sample) for a, b in zip(got, expected))
+
+
+def _same_tensor(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
+    if got.dtype != expected.dtype or got.shape != expected.shape:
+        return False
+    if sample.atol == 0 and sample.rtol == 0:
+        return bool(torch.equal(got, expected))
+    return bool(torch.allclose(got, expected, sample.rtol, sample.atol, equal_nan=True))
+
+
+def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
+    """Each smoke sample of ``fix`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
+
+    An ``out=`` overload must return its ``out`` tensor; the result, brought back to the CPU, must
+    equal the CPU's (within the sample's tolerance)."""
+    if fix.requires is not None:
+        importlib.import_module(fix.requires)  # defines the op (the hook hears of it)
     results: Dict[str, OverloadResult] = {}
-    for name, call in calls.items():
+    for sample in fix.smoke:
         try:
-            expected = call(first, second, torch.empty(0, dtype=out_dtype))
-            out = torch.empty(0, dtype=out_dtype, device=device)
-            got = call(first.to(device), second.to(device), out)
+            expected, _ = _call(torch, fix, sample, "cpu")
+            got, outs = _call(torch, fix, sample, device)
+            tensors = _results(got)
             error = None
-            if got.device.type != torch.device(device).type:
-                error = f"the result is on {got.device}, not {device}"
-            elif name.endswith("out") and got.data_ptr() != out.data_ptr():
+            if any(tensor.device.type != torch.device(device).type for tensor in tensors):
+                error = f"the result is on {[str(tensor.device) for tensor in tensors]}, not {device}"
+            elif outs and [t.data_ptr() for t in tensors] != [t.data_ptr() for t in outs]:
                 error = "the result is not the out= tensor"
-            elif not same(got.cpu(), expected):
-                error = f"{got.cpu().tolist()} differs from the CPU's {expected.tolist()}"
+            elif not _same(torch, tuple(tensor.cpu() for tensor in tensors), expected, sample):
+                mine = [tensor.cpu().tolist() for tensor in tensors]
+                error = f"{mine} differs from the CPU's {[tensor.tolist() for tensor in _results(expected)]}"
         except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
             error = f"{type(exc).__name__}: {exc}"
-        results[name] = {"ok": error is None, "error": error}
+        results[sample.overload] = {"ok": error is None, "error": error}
     return {"overloads": results}
-
-
-def _check_isin(torch: Any, device: str) -> StepResult:
-    """Every isin overload on ``device`` against the CPU: ``{overload: {"ok", "error"}}``."""
-    elements = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    test = torch.tensor([2, 6, 9, 95])
-    return _check_overloads(torch, device, _isin_calls(torch), (elements, test), torch.bool, torch.equal)
-
-
-def _check_polar(torch: Any, device: str) -> StepResult:
-    """Both polar overloads on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
-
-    Within OpInfo's default tolerance of the CPU (``torch.testing.assert_close``): the CPU kernel
-    calls the C library's cos and sin, which no device op reproduces bit for bit."""
-    magnitude = torch.tensor([[0.5, 1.0, 2.0], [3.0, 0.0, 1.5]])
-    angle = torch.tensor([0.0, 1.0, -2.5])
-    polar = torch.ops.aten.polar
-    calls: Dict[str, Callable[[Any, Any, Any], Any]] = {
-        "polar": lambda a, b, out: polar.default(a, b),
-        "polar.out": lambda a, b, out: polar.out(a, b, out=out),
-    }
-
-    def same(got: Any, expected: Any) -> bool:
-        return bool(got.dtype == expected.dtype and torch.allclose(got, expected, 1.3e-6, 1e-5))
-
-    return _check_overloads(torch, device, calls, (magnitude, angle), torch.complex64, same)
 
 
 def tiny_llama() -> Any:
@@ -517,9 +516,13 @@ def _run_step(torch: Any, backend: Backend, step: str) -> StepResult:
     _reset(backend["kind"])
     started = time.monotonic()
     in_force = backend["fallback_disable"] and os.environ.get(FALLBACK_DISABLE) == "1"
-    check = {"isin": _check_isin, "polar": _check_polar}.get(step, _check_generate)
+    fixes = by_name()
+    if step not in STEPS:
+        raise ValueError(f"unknown smoke step {step!r}: the steps are {', '.join(STEPS)}")
     with progress.step(f"smoke test step {step} on npu:0 ({backend['kind']})", verbose=True):
-        result = check(torch, "npu:0")
+        result = (
+            _check_generate(torch, "npu:0") if step == "generate" else check_fix(torch, fixes[step], "npu:0")
+        )
     result["fallback_disable"] = in_force
     result["fallbacks"] = _fallbacks(backend["kind"])
     result["seconds"] = round(time.monotonic() - started, 3)
@@ -540,7 +543,11 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         default=IMPORTS[0],
         help="how to reach torch_npu: transformers' or accelerate's check, or directly",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = [step for step in args.steps.split(",") if step and step not in STEPS]
+    if unknown:
+        parser.error(f"unknown step(s) {', '.join(unknown)}: the steps are {', '.join(STEPS)}")
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -19,18 +19,20 @@ from ascend_env.sim import optables, startup
 
 __all__ = ["AFFECTED", "Table", "affected_releases", "audited_environment", "choose_table", "releases_asked"]
 
-#: ``--torch-npu affected``: every release that lacks an NPU kernel ascend-env registers.
+#: ``--torch-npu affected``: every release that lacks an NPU kernel ascend-env registers for an op
+#: that transformers' generation reaches.
 AFFECTED = "affected"
 # torch_npu's first release with a torch.backends entry point (Ascend/pytorch v2.5.1-7.0.0 setup.py).
 _AUTOLOAD_FROM = Version("2.5.1")
 
 
 def affected_releases() -> List[str]:
-    """The releases with a table that lack an NPU kernel ascend-env registers (the registry's
-    fixes): 2.1.0.post3 to 2.1.0.post6, 2.2.x and 2.3.1."""
+    """The releases with a table that lack an NPU kernel ascend-env registers for an op that
+    generation reaches (the registry's fixes marked ``generation``): 2.1.0.post3 to 2.1.0.post6,
+    2.2.x and 2.3.1."""
     from ascend_env.kernels.registry import FIXES
 
-    return [r for r in optables.releases() if any(fix.needed_by(r) for fix in FIXES)]
+    return [r for r in optables.releases() if any(fix.needed_by(r) for fix in FIXES if fix.generation)]
 
 
 def releases_asked(value: Optional[str]) -> List[Optional[str]]:

@@ -51,15 +51,18 @@ def refused_ops(text: str) -> List[str]:
     return list(dict.fromkeys(_REFUSED.findall(text)))
 
 
-def _family(op: str) -> str:
-    """``isin`` for ``aten::isin.Tensor_Tensor_out``."""
-    return op.split("::")[-1].split(".")[0]
+def _family(op: str) -> Optional[str]:
+    """The fix (a registry name) whose overload ``op`` is (``aten::isin.Tensor_Tensor_out``:
+    ``isin``), or None for an op no fix registers."""
+    from ascend_env.kernels.registry import OVERLOADS
+
+    return next((fixed.family for fixed in OVERLOADS if fixed.qualified_name == op), None)
 
 
 def _fixed_families() -> Tuple[str, ...]:
-    from ascend_env.kernels.registry import families
+    from ascend_env.kernels.registry import FIXES
 
-    return families()
+    return tuple(fix.name for fix in FIXES)
 
 
 _FIX_INSTALL = (
@@ -368,7 +371,7 @@ def _hook_install_check(installation: Installation) -> Optional[Check]:
 def _hook_record_check(record: HookStatus, path: str) -> Optional[Check]:
     """The failed check when one process's hook record (torch_npu reached ``path``) shows errors,
     no sign of torch_npu or missing kernels; else None."""
-    from ascend_env.kernels.registry import FIXES
+    from ascend_env.kernels.registry import OVERLOADS
 
     if record.get("errors"):
         return Check.failed("hook", "the startup hook failed: " + "; ".join(record["errors"]), _FIX_REPORT)
@@ -380,7 +383,8 @@ def _hook_record_check(record: HookStatus, path: str) -> Optional[Check]:
             _FIX_HOOK + "; if it persists, " + _FIX_REPORT,
         )
     covered = {*record["registered"], *record["native"]}
-    missing = [fix.op for fix in FIXES if fix.op not in covered]
+    # A fix whose op another import defines (torchvision) is decided once that import happens.
+    missing = [fix.op for fix in OVERLOADS if fix.fix.requires is None and fix.op not in covered]
     if missing:
         return Check.failed(
             "hook", f"{', '.join(missing)}: neither native nor registered by the hook", _FIX_HOOK
@@ -487,7 +491,7 @@ def judge(
     backend = next((s.report["backend"] for s in runs if "backend" in s.report), Backend())
     on_npu = backend.get("kind") == "npu" or "npu_machine" in first
     fallbacks = _collect_fallbacks(runs)
-    others = {op: item for op, item in fallbacks.items() if _family(op) not in _fixed_families()}
+    others = {op: item for op, item in fallbacks.items() if _family(op) is None}
     checks = _checks(runs, fallbacks)
     if strict and others:
         checks.append(

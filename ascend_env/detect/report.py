@@ -17,7 +17,7 @@ from ascend_env.detect import cann, compat, driver, hook_site, packages, socs
 from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
-from ascend_env.kernels.registry import FIXES, families
+from ascend_env.kernels.registry import FIXES, OVERLOADS, Op
 
 __all__ = [
     "FALLBACK_OPS",
@@ -319,11 +319,11 @@ def read_ops(torch_npu: Package) -> OpLists:
         return None, f"unknown: {exc.problem}"
 
 
-def _lacking(family: str, ops: FrozenSet[str]) -> List[str]:
-    """The registry's overloads of ``family`` that fall back with these native ``ops``: those
+def _lacking(overloads: Sequence[Op], ops: FrozenSet[str]) -> List[str]:
+    """Of the registry's ``overloads``, those that fall back with these native ``ops``: those
     without a kernel whose other forms lack one too (a functional overload without a kernel still
     runs natively through its out= form). The one computation of that fact, for isin and fixes."""
-    return [fix.op for fix in FIXES if fix.family == family and all(op not in ops for op in fix.when_missing)]
+    return [fix.op for fix in overloads if all(op not in ops for op in fix.when_missing)]
 
 
 def read_isin(torch_npu: Package, lists: Optional[OpLists] = None) -> Isin:
@@ -336,7 +336,7 @@ def read_isin(torch_npu: Package, lists: Optional[OpLists] = None) -> Isin:
         return Isin(reason=why)
     native = [op for op in ISIN_OVERLOADS if op in ops]
     missing = [op for op in ISIN_OVERLOADS if op not in ops]
-    lacking = [op for op in _lacking("isin", ops) if op in FALLBACK_OPS]
+    lacking = [op for op in _lacking(OVERLOADS, ops) if op in FALLBACK_OPS]
     if lacking:
         reason = (
             f"torch_npu {torch_npu.version} has no NPU kernel for {', '.join(lacking)}: every "
@@ -348,20 +348,22 @@ def read_isin(torch_npu: Package, lists: Optional[OpLists] = None) -> Isin:
 
 
 def read_fixes(torch_npu: Package, sites: Sequence[Path], lists: Optional[OpLists] = None) -> List[FixedOp]:
-    """Per op of the registry (:func:`ascend_env.kernels.registry.families`): native, fixed by
+    """Per op of the registry (:data:`ascend_env.kernels.registry.FIXES`): native, fixed by
     the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists
     (``lists``, as :func:`read_ops` read them, else read here)."""
+    names = [fix.name for fix in FIXES]
     if not torch_npu.installed:
-        return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in families()]
+        return [FixedOp(op, "no_torch_npu", [], "no torch_npu: nothing falls back") for op in names]
     ops, why = read_ops(torch_npu) if lists is None else lists
     if ops is None:
-        return [FixedOp(op, "unknown", [], why) for op in families()]
+        return [FixedOp(op, "unknown", [], why) for op in names]
     hooked = [site for site in sites if hook_site.installed(site)]
     release = f"torch_npu {torch_npu.version}"
     found = []
-    for family in families():
-        lacking = _lacking(family, ops)
-        copied = [fix.op for fix in FIXES if fix.family == family and fix.copies_to_host(torch_npu.version)]
+    for fix in FIXES:
+        family = fix.name
+        lacking = _lacking(fix.ops, ops)
+        copied = [op.op for op in fix.ops if fix.copies_to_host(torch_npu.version)]
         if not lacking and copied:
             found.append(
                 FixedOp(

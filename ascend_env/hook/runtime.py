@@ -1,12 +1,15 @@
 """What the startup hook does once an NPU backend is loaded, and the record of it.
 
-:func:`activate` runs after ``torch_npu`` has been imported (or the simulator enabled): for every
-fix in :mod:`ascend_env.kernels.registry` whose op has no ``PrivateUse1`` kernel, it registers the
-replacement kernel the registry names (:mod:`ascend_env.kernels.isin`, :mod:`ascend_env.kernels.polar`)
-with ``torch.library``. Ops that already have a
-kernel (a native one, or one registered earlier) are left alone, so PyTorch never warns
-"Overriding a previously registered kernel"; so are functional overloads whose ``out=`` form has
-one (their composite kernel calls it). :func:`status` is the in-process record.
+:func:`activate` runs after ``torch_npu`` has been imported (the simulator's stand-in too), and
+again after each module whose import defines a fixed op (``torchvision``, :func:`awaited_imports`;
+:mod:`ascend_env.hook.watch` hears of it). For every overload of every fix in
+:mod:`ascend_env.kernels.registry` whose op exists, that no installed package registers itself
+(``registered_by``) and that has no kernel for its fix's key in its fix's namespace (nor its
+``out=`` form), it registers the kernel of the fix's module with ``torch.library``, importing only
+the modules of the fixes needed. Ops that already have a kernel (a native one, or one registered
+earlier) are left alone, so PyTorch never warns "Overriding a previously registered kernel"; an
+op that PyTorch decomposes (``CompositeImplicitAutograd``) is refused with an error.
+:func:`status` is the in-process record.
 
 Its functions import torch when they run; importing the module does not. The hook's ``notify``
 (:mod:`ascend_env.hook.watch`) calls :func:`activate`; ``status``'s probe, the smoke test and the
@@ -35,7 +38,7 @@ from ascend_env.hook import files
 
 if TYPE_CHECKING:
     from ascend_env.hook import compile_guard
-    from ascend_env.kernels.registry import Fix
+    from ascend_env.kernels.registry import Fix, Op
 
 __all__ = [
     "DISPATCH_KEY",
@@ -43,6 +46,7 @@ __all__ = [
     "HookStatus",
     "Simulator",
     "activate",
+    "awaited_imports",
     "guard_compile_mode",
     "has_kernel",
     "installed_sites",
@@ -58,7 +62,7 @@ class _Record:
     """Everything :func:`activate` did in this process. One instance, :data:`RECORD`."""
 
     def __init__(self) -> None:
-        self.library: Any = None  # the torch.library.Library that owns our kernels; kept alive
+        self.libraries: Dict[str, Any] = {}  # the torch.library.Library per namespace; kept alive
         self.release: Optional[str] = None
         self.registered: List[str] = []
         self.native: List[str] = []
@@ -105,21 +109,19 @@ def _simulator() -> Optional[Simulator]:
     return next((simulator for simulator in _SIMULATOR if simulator.table() is not None), None)
 
 
-def _backend_release(source: str) -> Optional[str]:
-    """The torch_npu release that ``source`` stands for, when it can be told."""
-    if source == "ascend_env.sim":
-        simulator = _simulator()
-        return None if simulator is None else simulator.table()
+def _backend_release() -> Optional[str]:
+    """The release of the torch_npu imported in this process (the simulator's stand-in gives the
+    simulated one), when it can be told."""
     module = sys.modules.get("torch_npu")
     version = getattr(module, "__version__", None)
     return version if isinstance(version, str) else None
 
 
-def has_kernel(op: str) -> bool:
-    """Whether ``aten::op`` has a kernel registered for the NPU dispatch key."""
+def has_kernel(op: str, key: str = DISPATCH_KEY) -> bool:
+    """Whether ``op`` (``namespace::name.overload``) has a kernel registered for ``key``."""
     import torch
 
-    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", DISPATCH_KEY))
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, key))
 
 
 def installed_sites(paths: Optional[List[str]] = None) -> List[Path]:
@@ -158,37 +160,82 @@ def _record_error(what: str, exc: Exception) -> None:
     RECORD.errors.append(f"{what}: {type(exc).__name__}: {exc}")
 
 
-def _lacks_kernel(fix: Fix) -> bool:
-    """Whether none of the ops ``fix`` stands in for has an NPU kernel; else ``fix.op`` is native."""
+def _lacks_kernel(op: Op) -> bool:
+    """Whether none of the overloads ``op`` stands in for has a kernel for its fix's key; else
+    ``op`` is native. An op that PyTorch decomposes (``CompositeImplicitAutograd``) never reaches
+    the key: registering it would change what it does, so it is an error."""
+    fix = op.fix
     try:
-        if all(not has_kernel(op) for op in fix.when_missing):
+        if has_kernel(op.qualified_name, "CompositeImplicitAutograd"):
+            raise ValueError(f"{op.qualified_name} is decomposed by PyTorch; a kernel would override it")
+        if all(not has_kernel(f"{fix.namespace}::{name}", fix.dispatch_key) for name in op.when_missing):
             return True
-        if fix.op not in RECORD.registered and fix.op not in RECORD.native:
-            RECORD.native.append(fix.op)
+        if op.op not in RECORD.registered and op.op not in RECORD.native:
+            RECORD.native.append(op.op)
     except Exception as exc:
-        _record_error(fix.op, exc)
+        _record_error(op.op, exc)
     return False
 
 
-def _library() -> Any:
-    """The ``torch.library.Library`` that owns our kernels, made on first use and kept alive."""
-    if RECORD.library is None:
+def _ready(fix: Fix) -> bool:
+    """Whether ``fix``'s op exists in this process (the module that defines it was imported) and
+    no installed package registers it itself (``registered_by``: left to that package)."""
+    if fix.requires is not None and fix.requires not in sys.modules:
+        return False
+    if fix.registered_by:
+        import importlib.util
+
+        for package in fix.registered_by:
+            try:
+                found = package in sys.modules or importlib.util.find_spec(package) is not None
+            except (ImportError, ValueError):
+                found = False
+            if found:
+                RECORD.native.extend(op.op for op in fix.ops if op.op not in RECORD.native)
+                return False
+    return True
+
+
+def awaited_imports() -> List[str]:
+    """The modules whose import defines an op a fix registers, not imported yet in this process
+    (``torchvision``): the hook watches for them (:mod:`ascend_env.hook.watch`)."""
+    from ascend_env.kernels.registry import FIXES
+
+    names = [fix.requires for fix in FIXES if fix.requires is not None and fix.requires not in sys.modules]
+    return list(dict.fromkeys(names))
+
+
+def _library(namespace: str) -> Any:
+    """The ``torch.library.Library`` that owns our kernels of ``namespace``, made on first use and
+    kept alive."""
+    if namespace not in RECORD.libraries:
         import torch
 
         # torch.library.Library.__init__ has no annotations.
-        RECORD.library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
-    return RECORD.library
+        RECORD.libraries[namespace] = torch.library.Library(namespace, "IMPL")  # type: ignore[no-untyped-call]
+    return RECORD.libraries[namespace]
 
 
-def _register(fix: Fix, kernels: Mapping[str, Callable[..., Any]]) -> bool:
-    """Register the kernel of ``fix``; whether that worked."""
+def _register(op: Op, kernels: Mapping[str, Callable[..., Any]]) -> bool:
+    """Register the kernel of ``op``; whether that worked."""
     try:
-        _library().impl(fix.op, kernels[fix.op], DISPATCH_KEY)
+        _library(op.fix.namespace).impl(op.op, kernels[op.op], op.fix.dispatch_key)
     except Exception as exc:  # one failed op must not stop the others
-        _record_error(fix.op, exc)
+        _record_error(op.op, exc)
         return False
-    RECORD.registered.append(fix.op)
+    RECORD.registered.append(op.op)
     return True
+
+
+def _kernels(fix: Fix) -> Mapping[str, Callable[..., Any]]:
+    """``fix``'s kernels, importing its module; none (and the error recorded) when that fails."""
+    from ascend_env.kernels import registry
+
+    try:
+        return registry.kernels([fix])
+    except Exception as exc:
+        _record_error(f"{fix.name} ({fix.module})", exc)
+        return {}
 
 
 def _guard_record(source: str) -> Dict[str, Any]:
@@ -210,13 +257,12 @@ def activate(source: str) -> List[str]:
 
     from ascend_env.kernels import registry
 
-    kernels = registry.kernels()
-
-    RECORD.release = _backend_release(source) or RECORD.release
-    # Decide every fix before registering any: registering an out= kernel changes whether its
-    # functional overload still falls back.
-    wanted = [fix for fix in registry.FIXES if _lacks_kernel(fix)]
-    registered = [fix.op for fix in wanted if _register(fix, kernels)]
+    RECORD.release = _backend_release() or RECORD.release
+    # Decide every overload before registering any: registering an out= kernel changes whether
+    # its functional overload still falls back. Only the modules of the fixes needed are imported.
+    wanted = [op for fix in registry.FIXES if _ready(fix) for op in fix.ops if _lacks_kernel(op)]
+    kernels = {fix.name: _kernels(fix) for fix in dict.fromkeys(op.fix for op in wanted)}
+    registered = [op.op for op in wanted if kernels[op.fix.name] and _register(op, kernels[op.fix.name])]
     try:
         warn_on_drift(sys.stderr)
     except Exception as exc:

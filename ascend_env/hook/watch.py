@@ -19,11 +19,12 @@ import _thread
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from ascend_env.utils.importhooks import find_spec_after, wrap_loader
+from ascend_env.utils.importhooks import ImportWatcher, find_spec_after, wrap_loader
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType, SimpleNamespace
+    from typing import Callable
 
 __all__ = ["find_and_wrap", "imported_past", "notify"]
 
@@ -119,8 +120,32 @@ def notify(state: SimpleNamespace, source: str, how: Optional[str] = None) -> No
         from ascend_env.hook import runtime
 
         runtime.activate(source)
+        _await(state, runtime.awaited_imports())
     except Exception as exc:
         state.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def _await(state: SimpleNamespace, names: Sequence[str]) -> None:
+    """Notify again once each of ``names`` (``torchvision``, whose import defines ops a fix
+    registers) has been imported, on every import path (:class:`ImportWatcher`): at once for one
+    imported already. Nothing is watched before the backend is up, so start-up pays nothing."""
+    waiting = [name for name in names if name not in state.heard]
+    if waiting:
+        ImportWatcher({name: _notifier(state, name) for name in waiting}).install()
+
+
+def _notifier(state: SimpleNamespace, name: str) -> Callable[[ModuleType, int], None]:
+    """The watcher's callback for ``name``: how it was imported, then :func:`notify`."""
+
+    def executed(module: ModuleType, specs: int) -> None:
+        if specs == 0:
+            how = "imported before the backend"
+        else:
+            probes = specs - 1
+            how = "import" if probes == 0 else f"import after {probes} probe{'s' if probes > 1 else ''}"
+        notify(state, name, how)
+
+    return executed
 
 
 def _simulated(source: str) -> bool:

@@ -54,6 +54,7 @@ from ascend_env.kernels.strategies import CHUNK_BYTES, SCAN_MIN_N, STRATEGIES, c
 
 __all__ = [
     "ATEN_KERNELS",
+    "KERNELS",
     "CHUNK_BYTES",
     "NATIVE_OPS",
     "STRATEGIES",
@@ -446,3 +447,7 @@ def _write_out(out: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     else:
         out.copy_(compute(torch.empty(out.shape, dtype=torch.bool, device=out.device).view(-1)))
     return out
+
+
+#: The registry's name for :data:`ATEN_KERNELS` (``Fix.module``'s ``KERNELS``).
+KERNELS = ATEN_KERNELS

@@ -1,13 +1,33 @@
-"""``out=`` tensors as ATen's kernels treat them: resized to the result's shape, with its warning."""
+"""``out=`` tensors as ATen's kernels treat them (resized to the result's shape, with its warning),
+and ATen's "not implemented for" dispatch error as the running torch raises it."""
 
 from __future__ import annotations
 
 import warnings
-from typing import Tuple
+from typing import Tuple, Type
 
+import torch
 from torch import Tensor
 
-__all__ = ["resize_output"]
+__all__ = ["not_implemented", "resize_output"]
+
+
+def _dispatch_error() -> Type[Exception]:
+    """The type ATen's ``AT_DISPATCH`` error has in this torch: RuntimeError up to torch 2.1,
+    NotImplementedError later (asked of the CPU once, at import)."""
+    try:
+        torch.repeat_interleave(torch.ones(1))
+    except Exception as exc:  # float repeats: "repeat_interleave_cpu" not implemented for 'Float'
+        return type(exc)
+    return RuntimeError
+
+
+_DISPATCH_ERROR = _dispatch_error()
+
+
+def not_implemented(kernel: str, dtype_name: str) -> Exception:
+    """What the CPU kernel ``kernel`` raises for a dtype it has no loop for."""
+    return _DISPATCH_ERROR(f"\"{kernel}\" not implemented for '{dtype_name}'")
 
 
 def resize_output(out: Tensor, shape: Tuple[int, ...], stacklevel: int = 3) -> None:

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ascend_env.kernels.outputs import resize_output
 
-__all__ = ["ATEN_KERNELS", "NATIVE_OPS", "polar", "polar_out"]
+__all__ = ["ATEN_KERNELS", "KERNELS", "NATIVE_OPS", "polar", "polar_out"]
 
 #: Every aten op the kernels dispatch; each is in the ``supported:`` op lists of every torch_npu
 #: release from 2.1 on.
@@ -130,3 +130,6 @@ ATEN_KERNELS: Dict[str, Callable[..., Tensor]] = {
     "polar": polar,
     "polar.out": polar_out,
 }
+
+#: The registry's name for :data:`ATEN_KERNELS` (``Fix.module``'s ``KERNELS``).
+KERNELS = ATEN_KERNELS

@@ -23,7 +23,7 @@ PAGES = [
     "patches",
     "hook",
     "simulator",
-    "isin",
+    "kernels",
     "architecture",
     "reliability",
     "versions",

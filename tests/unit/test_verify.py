@@ -21,9 +21,10 @@ from ascend_env import states
 from ascend_env.checks import smoke, verdict, verify, verify_result, verify_text
 from ascend_env.checks.smoke_report import SmokeReport
 from ascend_env.checks.verify_result import Smoke
-from ascend_env.detect.npu_oplists import ISIN_OVERLOADS
 from ascend_env.exceptions import UsageError
 from ascend_env.hook.runtime import HookStatus
+from ascend_env.kernels import registry
+from ascend_env.sim import optables
 
 CAUTION = (
     "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "
@@ -115,6 +116,12 @@ def test_refused_ops_reads_the_errors_of_fallback_disable():
 # -- judging ------------------------------------------------------------------------------------------
 
 
+def _lacking(op: registry.Op) -> bool:
+    """Whether the 2.1.0.post6 table lacks ``op`` (the hook registers it there)."""
+    table = optables.load("2.1.0.post6")
+    return all(name not in table for name in op.when_missing)
+
+
 def good_report(**changes: Any) -> SmokeReport:
     """What the smoke test reports when all is well on the simulator (2.1.0.post6 table)."""
     report: SmokeReport = {
@@ -134,13 +141,13 @@ def good_report(**changes: Any) -> SmokeReport:
             "fallback_disable": False,
         },
         "steps": {
-            "isin": {
-                "overloads": {op: {"ok": True, "error": None} for op in ISIN_OVERLOADS},
-                "fallbacks": {},
-            },
-            "polar": {
-                "overloads": {op: {"ok": True, "error": None} for op in ("polar", "polar.out")},
-                "fallbacks": {},
+            **{
+                fix.name: {
+                    "overloads": {sample.overload: {"ok": True, "error": None} for sample in fix.smoke},
+                    "fallbacks": {},
+                }
+                for fix in registry.FIXES
+                if fix.smoke
             },
             "generate": {"ok": True, "error": None, "fallbacks": {}},
         },
@@ -149,15 +156,8 @@ def good_report(**changes: Any) -> SmokeReport:
             "hook_started": True,
             "disabled": False,
             "events": ["torch_npu: import after 1 probe (simulated)"],
-            "registered": ["isin.Tensor_Tensor", "isin.Tensor_Tensor_out"],
-            "native": [
-                "isin.Tensor_Scalar",
-                "isin.Tensor_Scalar_out",
-                "isin.Scalar_Tensor",
-                "isin.Scalar_Tensor_out",
-                "polar",
-                "polar.out",
-            ],
+            "registered": [op.op for op in registry.OVERLOADS if _lacking(op)],
+            "native": [op.op for op in registry.OVERLOADS if not _lacking(op)],
             "errors": [],
         },
         "warnings": [],
@@ -728,11 +728,12 @@ def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
 
 def test_the_last_line_states_the_verdict_and_its_cause():
     passed = verify_text.format_text(judged(good_report()))
-    assert passed.splitlines()[-1] == "verify: passed: all 8 checks passed"
+    per_fix = 2 * len(registry.FIXES)  # a step and a fallback check per fix
+    assert passed.splitlines()[-1] == f"verify: passed: all {4 + per_fix} checks passed"
     report = good_report()
     report["installation"]["hook_files"] = []
     assert verify_text.format_text(judged(report)).splitlines()[-1] == (
-        "verify: FAILED: 1 of 8 checks failed: hook (fix lines above)"
+        f"verify: FAILED: 1 of {4 + per_fix} checks failed: hook (fix lines above)"
     )
 
 
