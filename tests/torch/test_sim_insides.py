@@ -142,6 +142,32 @@ def test_module_to_npu_keeps_its_parameters_and_an_earlier_optimizer_trains_them
     torch.testing.assert_close(weights[1], weights[0])
 
 
+def test_an_adafactor_built_before_the_move_trains_the_moved_model(npu):
+    """transformers' ``test_adafactor_lr_none``: the optimizer is built on the CPU model, and the
+    Trainer moves the model to the device before it trains."""
+    from transformers.optimization import Adafactor
+
+    trained = []
+    for device in ("cpu", npu):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        initial = [p.detach().clone() for p in model.parameters()]
+        optimizer = Adafactor(
+            model.parameters(), scale_parameter=True, relative_step=True, warmup_init=True, lr=None
+        )
+        model.to(device)
+        x = torch.arange(8.0).reshape(2, 4).to(device)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+        params = [p.detach().cpu() for p in model.parameters()]
+        assert all(not torch.equal(p, q) for p, q in zip(params, initial)), device
+        trained.append(params)
+    for npu_param, cpu_param in zip(trained[1], trained[0]):
+        torch.testing.assert_close(npu_param, cpu_param)
+
+
 def test_a_lazy_module_moved_before_its_first_forward_materializes_on_npu(npu):
     model = torch.nn.LazyLinear(3).to(npu)
     out = model(torch.randn(2, 4, device=npu))
