@@ -70,20 +70,43 @@ def test_weight_norm_is_one_listed_op_not_a_fallback_of_its_insides(npu, block):
 
 
 def test_the_same_op_called_by_the_program_still_falls_back(npu):
-    """Outside a listed kernel, ``_weight_norm_interface`` and its backward are the program's calls."""
+    """Outside a listed kernel, ``_weight_norm_interface`` and its backward are the program's calls,
+    before and after the listed op has run (and its backward with them)."""
     v = torch.randn(4, 3, 5, device=npu, requires_grad=True)
     g = torch.randn(4, 1, 1, device=npu, requires_grad=True)
-    sim.reset()
-    w, _ = torch._weight_norm_interface(v, g, 0)
-    w.sum().backward()
-    assert dict(sim.fallbacks()) == {
-        "aten::_weight_norm_interface": 1,
-        "aten::_weight_norm_interface_backward": 1,
-    }
-    # And the listed op called afterwards still counts nothing: the ranges are per kernel call.
-    sim.reset()
-    torch._weight_norm(v, g, 0).sum().backward()
-    assert dict(sim.fallbacks()) == {}
+    for _ in range(2):
+        sim.reset()
+        torch._weight_norm(v, g, 0).sum().backward()
+        assert dict(sim.fallbacks()) == {}
+        w, _ = torch._weight_norm_interface(v, g, 0)
+        w.sum().backward()
+        assert dict(sim.fallbacks()) == {
+            "aten::_weight_norm_interface": 1,
+            "aten::_weight_norm_interface_backward": 1,
+        }
+
+
+def test_insides_run_where_fallbacks_are_disabled():
+    """``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (a release that honours it) refuses the program's call
+    of an unlisted op, never the insides of a listed one."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from ascend_env import sim
+        sim.enable("2.13.0")
+        v = torch.randn(4, 3, 5, device="npu", requires_grad=True)
+        g = torch.randn(4, 1, 1, device="npu", requires_grad=True)
+        torch._weight_norm(v, g, 0).sum().backward()
+        print("listed op ran", dict(sim.fallbacks()))
+        try:
+            torch._weight_norm_interface(v, g, 0)
+        except RuntimeError as exc:
+            print("refused:", "TORCH_NPU_FALLBACK_CPU_DISABLE" in str(exc))
+        """
+    )
+    result = run_python(code, env={"TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-2:] == ["listed op ran {}", "refused: True"]
 
 
 RNNS = {
