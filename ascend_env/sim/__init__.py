@@ -104,6 +104,9 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
         torch._register_device_module(DEVICE, device)
         _generate_methods(torch)
     unknown = torch.ops.ascend_sim.enable_table(sorted(ops), bool(fallback_disable))
+    from ascend_env.sim import references
+
+    references.register(torch)  # after the table: a listed op without a CPU kernel is no decomposition
     _STATE.update(table=label, ops=frozenset(ops), unknown=sorted(unknown))
     from ascend_env.hook import runtime
     from ascend_env.sim import compile_mode

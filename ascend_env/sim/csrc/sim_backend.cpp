@@ -10,6 +10,9 @@
 //     (an op PyTorch builds out of other ops runs that decomposition on npu: runs_decomposition);
 //   * autograd is PyTorch's: the derivative formulas of the ops that run, whether native or not;
 //   * a `_foreach_*` op the table does not list runs PyTorch's per-tensor loop (foreach_slow);
+//   * what a listed op's decomposition reaches, and the backward of what it reaches, is its kernel's
+//     insides: an unlisted op there runs on the CPU uncounted (the insides of a listed op);
+//   * CPU and npu tensors are shallow-copy compatible, as on torch_npu (`param.data = t`);
 //   * every other op reaches the boxed fallback, which does what torch_npu's npu_cpu_fallback does:
 //     count it, warn once per op per process on fd 2, and run it on the CPU (at::native::cpu_fallback).
 //
@@ -26,11 +29,13 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -48,6 +53,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -475,6 +481,7 @@ struct State {
   std::unique_ptr<torch::Library> fallback;  // the boxed fallback
   std::vector<std::unique_ptr<torch::Library>> fallthroughs;  // autograd and autocast, where torch has none
   std::unique_ptr<torch::Library> pinned_select;  // is_pinned / _pin_memory default to npu
+  std::unique_ptr<torch::Library> shallow_copy;   // CPU and npu tensors shallow-copy compatible
   bool fallback_disable_supported = false;   // whether the table honours TORCH_NPU_FALLBACK_CPU_DISABLE
   std::map<std::string, int64_t> counts;     // fallbacks since the last reset
   std::set<std::string> warned;              // ops whose warning line was written
@@ -662,6 +669,30 @@ struct IgnoreWarnings final : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
 
+// CPU and npu tensors may take each other's place in a TensorImpl (`param.data = t`, and so
+// `Module.to("npu")` keeps its Parameter objects, and with them an optimizer's references and a lazy
+// module's uninitialized parameters): torch_npu replaces PyTorch's check, which counts PrivateUse1
+// among no dense backend, with one that counts CPU and PrivateUse1 alike
+// (torch_npu/csrc/aten/ops/HasCompatibleShallowCopyType.cpp, registered for CatchAll, Ascend/pytorch
+// v6.0.rc2-pytorch2.1.0, commit 06cec48dda7dda594c652ec907cf296fc82a70c7, the same on master, commit
+// 9e73e708ab9350d203475609f36f8a43f6a0c2ab). Here PyTorch's own answer stands for every other pair.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto is_dense = [](c10::DispatchKeySet keys) {
+    return keys.has(c10::DispatchKey::CPU) || keys.has(c10::DispatchKey::PrivateUse1);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (is_dense(self.key_set()) && is_dense(from.key_set()));
+}
+
+std::unique_ptr<torch::Library> shallow_copy_check() {
+  static IgnoreWarnings ignore;  // "Overriding a previously registered kernel", as torch_npu's
+  c10::WarningUtils::WarningHandlerGuard guard(&ignore);
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                  c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__);
+  library->impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  return library;
+}
+
 std::unique_ptr<torch::Library> pinned_backend_select() {
   static IgnoreWarnings ignore;
   c10::WarningUtils::WarningHandlerGuard guard(&ignore);
@@ -681,6 +712,7 @@ State& state() {
     auto* created = new State();
     created->fallthroughs = missing_fallthroughs();
     created->pinned_select = pinned_backend_select();
+    created->shallow_copy = shallow_copy_check();
 #ifdef ASCEND_SIM_GENERATOR_REGISTER
     {
       // torch 2.1 to 2.4 create `torch.Generator(device="npu")` through this registry; newer ones ask
@@ -944,6 +976,98 @@ void passthrough(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// ---------------------------------------------------------------- the insides of a listed op
+//
+// A listed op that PyTorch builds out of other ops runs that decomposition here (decomposition_on_npu),
+// where the release runs its own kernel. The ops the decomposition reaches are the kernel's insides, not
+// the program's calls: an unlisted one among them (`_weight_norm`'s `_weight_norm_interface`, which
+// op-plugin's kernel never calls: it computes v * (g / norm_except_dim(v, 2, dim))) runs on the CPU
+// silently, uncounted, whatever TORCH_NPU_FALLBACK_CPU_DISABLE says. So does an unlisted op that the
+// backward of an inside op runs (`_weight_norm_interface_backward`; `_thnn_fused_gru_cell_backward`
+// below `gru.input`, which torch_npu runs with its own backward): autograd numbers the nodes each
+// thread creates (at::sequence_number), so the numbers taken while a listed kernel ran, on that thread,
+// are its insides' nodes, and a RecordFunction callback on the backward scope (the engine reports each
+// node's number and forward thread, torch/csrc/autograd/function.h, Node::operator()) tells the
+// fallback it runs inside one of them. The kernels that created nodes are remembered (the last
+// kMaxInsideRanges), and the callback is added the first time one does: inference pays nothing.
+
+struct InsideThread {
+  int depth = 0;            // listed kernels running their decomposition on this thread
+  bool in_backward = false; // the backward node running on this thread is an inside's
+};
+thread_local InsideThread inside_thread;
+
+constexpr size_t kMaxInsideRanges = 1 << 14;
+
+struct InsideRanges {
+  std::mutex mutex;
+  std::map<std::pair<uint64_t, int64_t>, int64_t> ranges;  // (forward thread, first number) -> end
+  std::atomic<bool> any{false};
+};
+
+InsideRanges& inside_ranges() {
+  static auto* ranges = new InsideRanges();
+  return *ranges;
+}
+
+bool inside_node(uint64_t thread, int64_t number) {
+  InsideRanges& r = inside_ranges();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.ranges.upper_bound({thread, number});
+  if (it == r.ranges.begin()) {
+    return false;
+  }
+  --it;
+  return it->first.first == thread && number < it->second;
+}
+
+struct InsideBackward final : at::ObserverContext {
+  bool previous = false;
+};
+
+std::unique_ptr<at::ObserverContext> backward_node_starts(const at::RecordFunction& fn) {
+  auto context = std::make_unique<InsideBackward>();
+  context->previous = inside_thread.in_backward;
+  inside_thread.in_backward = inside_node(fn.forwardThreadId(), fn.seqNr());
+  return context;
+}
+
+void backward_node_ends(const at::RecordFunction&, at::ObserverContext* context) {
+  inside_thread.in_backward = static_cast<InsideBackward*>(context)->previous;
+}
+
+void remember_inside(uint64_t thread, int64_t first, int64_t end) {
+  InsideRanges& r = inside_ranges();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.ranges[{thread, first}] = end;
+    if (r.ranges.size() > kMaxInsideRanges) {
+      r.ranges.erase(r.ranges.begin());
+    }
+  }
+  if (!r.any.exchange(true)) {
+    at::addGlobalCallback(at::RecordFunctionCallback(&backward_node_starts, &backward_node_ends)
+                              .scopes({at::RecordScope::BACKWARD_FUNCTION}));
+  }
+}
+
+// While a listed kernel runs its decomposition: the autograd numbers it takes are its insides'.
+struct InsideListedKernel {
+  int64_t first = static_cast<int64_t>(at::sequence_number::peek());
+  InsideListedKernel() { ++inside_thread.depth; }
+  ~InsideListedKernel() {
+    if (--inside_thread.depth == 0) {
+      const auto end = static_cast<int64_t>(at::sequence_number::peek());
+      if (end > first) {
+        remember_inside(at::RecordFunction::currentThreadId(), first, end);
+      }
+    }
+  }
+};
+
+// Whether an op that reached the fallback is a listed kernel's insides (the forward or the backward).
+bool runs_inside() { return inside_thread.depth > 0 || inside_thread.in_backward; }
+
 // ---------------------------------------------------------------- the fallback (npu_cpu_fallback)
 
 bool env_is(const char* name, const char* value) {
@@ -981,7 +1105,18 @@ void write_fd2(const std::string& line) {
   }
 }
 
+void cpu_kernel_on_npu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  GeneratorSwaps generators;
+  generators.swap_in(op.schema(), stack, stack->size() - op.schema().arguments().size());
+  at::native::cpu_fallback(op, stack);
+  generators.swap_out();
+}
+
 void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (runs_inside()) {
+    cpu_kernel_on_npu(op, stack);
+    return;
+  }
   const std::string name = op.schema().operator_name().name +
       (op.schema().operator_name().overload_name.empty() ? "" : "." + op.schema().operator_name().overload_name);
   bool warn = false;
@@ -1004,10 +1139,7 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "' is not currently supported on the NPU backend and will fall back to run on the CPU. "
               "This may have performance implications. (function npu_cpu_fallback)\n");
   }
-  GeneratorSwaps generators;
-  generators.swap_in(op.schema(), stack, stack->size() - op.schema().arguments().size());
-  at::native::cpu_fallback(op, stack);
-  generators.swap_out();
+  cpu_kernel_on_npu(op, stack);
 }
 
 // ---------------------------------------------------------------- the op table
@@ -1045,6 +1177,7 @@ bool runs_decomposition(const c10::OperatorHandle& op) {
 // The decomposition on the npu tensors: with no CPU kernel, the CPU entry of such an op's dispatch
 // table is its CompositeImplicitAutograd kernel, whose ops dispatch afresh (npu, autograd on).
 void decomposition_on_npu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  InsideListedKernel inside;
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 }
 
