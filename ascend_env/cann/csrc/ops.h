@@ -2,6 +2,10 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <acl/acl.h>
+#include <acl/acl_op_compiler.h>
+
+#include <algorithm>
 
 #include <cstring>
 #include <functional>
