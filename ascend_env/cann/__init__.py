@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-__all__: list = []
+__all__: list[str] = []

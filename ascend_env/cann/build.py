@@ -20,7 +20,7 @@ from typing import List, Tuple
 from ascend_env.cann.symbols import WheelSymbols, stub_source, wheel_symbols
 from ascend_env.utils import atomic, buildcache
 
-__all__ = ["CORE", "CSRC", "OWNER", "build", "build_dir", "compile_command"]
+__all__ = ["CORE", "CSRC", "OWNER", "aliases", "build", "build_dir", "buildcache_compiler", "compile_command"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CORE = "libascendcl.so"
@@ -35,7 +35,9 @@ def build_dir(symbols: WheelSymbols) -> Path:
     digest = hashlib.sha256()
     for source in sorted(CSRC.iterdir()):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    digest.update(f"{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}|{sys.platform}|{symbols.digest()}".encode())
+    digest.update(
+        f"{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}|{sys.platform}|{symbols.digest()}".encode()
+    )
     return buildcache.cache_root() / f"cann-{torch.__version__.replace('+', '_')}-{digest.hexdigest()[:12]}"
 
 
@@ -81,7 +83,8 @@ def compile_command(output: Path, symbols: WheelSymbols) -> List[str]:
         partial = output.parent / f".{name}.partial"
         link = [*compiler, "-shared", "-x", "c", "/dev/null", "-o", str(partial), f"-Wl,-soname,{name}"]
         link += ["-x", "none", "-Wl,--no-as-needed", str(output)]
-        script.append(f"{shlex.join(link)} && mv -f {shlex.quote(str(partial))} {shlex.quote(str(output.parent / name))}")
+        move = shlex.join(["mv", "-f", str(partial), str(output.parent / name)])
+        script.append(f"{shlex.join(link)} && {move}")
     return ["sh", "-c", " && ".join(script)]
 
 

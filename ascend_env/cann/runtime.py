@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ascend_env.cann import build as cann_build
+from ascend_env.cann import build
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.utils import buildcache
 
@@ -60,12 +60,12 @@ def enable(soc: str = DEFAULT_SOC) -> None:
     os.environ["ASCEND_ENV_SOC"] = soc
     import torch  # noqa: F401  (the core library links the running torch's libraries)
 
-    core, others = cann_build.build()
+    core, others = build.build()
     # All descriptors stay open until every library is loaded: glibc knows a loaded library by the
     # name it was opened with, and a reused /proc/self/fd/N would name the library loaded before.
     with ExitStack() as stack:
         for library in (core, *others):
-            path = stack.enter_context(buildcache.opened_checked(library, cann_build.OWNER))
+            path = stack.enter_context(buildcache.opened_checked(library, build.OWNER))
             _handles.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
     _core = _handles[0]
     _point_at_toolkit(_toolkit())

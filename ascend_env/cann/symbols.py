@@ -56,7 +56,8 @@ def find_torch_npu() -> Path:
     if not locations:
         raise EnvironmentProblem(
             "the emulated CANN runs the installed torch_npu, and none is installed in this Python.",
-            "install the torch_npu wheel that matches your torch (pip install --no-deps torch_npu==<release>)",
+            "install the torch_npu wheel that matches your torch "
+            "(pip install --no-deps torch_npu==<release>)",
         )
     return Path(locations[0])
 
@@ -68,7 +69,8 @@ def wheel_symbols(package: Optional[Path] = None) -> WheelSymbols:
     if not binaries:
         raise EnvironmentProblem(
             f"{package} holds no torch_npu binaries (_C*.so, lib/*.so).",
-            "reinstall torch_npu from its wheel (pip install --force-reinstall --no-deps torch_npu==<release>)",
+            "reinstall torch_npu from its wheel "
+            "(pip install --force-reinstall --no-deps torch_npu==<release>)",
         )
     provided = {path.name for path in binaries} | _torch_libraries()
     libraries: Set[str] = set()
@@ -76,11 +78,15 @@ def wheel_symbols(package: Optional[Path] = None) -> WheelSymbols:
     for binary in binaries:
         names = read_names(binary)
         libraries.update(n for n in names.needed if n not in provided and not _SYSTEM.match(n))
-        libraries.update(n for n in names.strings if _LIBRARY.match(n) and n not in provided and not _SYSTEM.match(n))
+        libraries.update(
+            n for n in names.strings if _LIBRARY.match(n) and n not in provided and not _SYSTEM.match(n)
+        )
         entries.update(n for n in names.undefined if _IMPORTED.match(n))
         entries.update(n for n in names.strings if _ENTRY.match(n))
     pointers = _pointer_returning(package / "include" / "third_party" / "acl" / "inc")
-    return WheelSymbols(package, tuple(sorted(libraries)), tuple(sorted(entries)), frozenset(pointers & entries))
+    return WheelSymbols(
+        package, tuple(sorted(libraries)), tuple(sorted(entries)), frozenset(pointers & entries)
+    )
 
 
 def stub_source(symbols: WheelSymbols) -> str:
@@ -91,7 +97,8 @@ def stub_source(symbols: WheelSymbols) -> str:
         '#include "cann.h"',
         "#define ASCEND_ENV_STUB(id, symbol, code, result) \\",
         '  extern "C" __attribute__((weak)) long id(...) asm(symbol); \\',
-        '  extern "C" __attribute__((weak)) long id(...) { long r = cann::unimplemented(symbol, code); return result; }',
+        '  extern "C" __attribute__((weak)) long id(...) { \\',
+        "    long r = cann::unimplemented(symbol, code); return result; }",
     ]
     for index, name in enumerate(symbols.entry_points):
         code = _HCCL_ERROR if name.lower().startswith("hccl") else _ACL_ERROR
