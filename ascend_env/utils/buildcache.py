@@ -234,7 +234,10 @@ def _write_log(build: Build, log: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         fd = os.open(
-            log.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory
+            log.name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=directory,
         )
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -262,7 +265,7 @@ def _walk(path: Path, given: Path, owner: str, links: int, last: bool) -> None:
                 raise EnvironmentProblem(
                     f"{owner}'s build cache {given}: too many symbolic links on its path.", _PRIVATE_FIX
                 )
-            _refuse_if(_foreign_owner(info), given, candidate, "a symbolic link that", owner)
+            _refuse_if(_foreign_owner(info), given, candidate, "a symbolic link that ", owner)
             target = Path(os.path.realpath(candidate))
             _walk(target, given, owner, links + 1, last=True)
             current = target
@@ -323,6 +326,7 @@ def _check_private_file(owner: str, path: Path, info: os.stat_result) -> None:
     else:
         return
     raise EnvironmentProblem(
-        f"{owner}'s build cache {path} {problem}: a library planted there would run as you, so it is not used.",
+        f"{owner}'s build cache {path} {problem}: a library planted there would run as you, "
+        "so it is not used.",
         _PRIVATE_FIX,
     )
