@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 import pytest
 
 SCENARIO = Path(__file__).resolve().parent / "scenario.py"
+ISIN_PROBE = Path(__file__).resolve().parent / "isin_probe.py"
 CAUTION = "CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported"
 
 pytestmark = [
@@ -150,3 +151,44 @@ def test_a_generated_stub_fails_loudly_naming_itself(cache: str, tmp_path: Path)
     assert message == "ascend-env emulated CANN: HcclGetRootInfo is not implemented"
     assert result.stderr.count(message) == 1
     assert counters["unimplemented"] == {"HcclGetRootInfo": 1}
+
+
+@pytest.mark.parametrize(
+    "soc, guard, jit_compile, calls",
+    [
+        ("Ascend910B1", "1", False, {"aclnn": {"aclnnEqTensor": 1, "aclnnAny": 1}, "aclop": {}}),
+        # 910A compiles online by default; the hook's compile-mode guard turns that off ...
+        ("Ascend910A", "1", False, {"aclnn": {"aclnnEqTensor": 1, "aclnnAny": 1}, "aclop": {}}),
+        # ... and without the guard isin's ops are online compiles.
+        ("Ascend910A", "0", True, {"aclnn": {}, "aclop": {"Equal": 1, "ReduceAny": 1}}),
+    ],
+)
+def test_the_startup_hook_registers_isin_on_the_real_binary(
+    cache: str, tmp_path: Path, soc: str, guard: str, jit_compile: bool, calls: Dict[str, Any]
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    install = subprocess.run(
+        [sys.executable, "-m", "ascend_env", "install", "--hook-only", "--target", str(site), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    result = run(
+        ["--soc", soc, str(ISIN_PROBE), str(site)],
+        {"ASCEND_ENV_CACHE_DIR": cache, "ASCEND_ENV_COMPILE_GUARD": guard},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["equal"] is True
+    assert "CAUTION" not in result.stderr  # the hook's kernel, not the binary's CPU fallback
+    assert report["jit_compile"] is jit_compile
+    assert {"aclnn": report["aclnn"], "aclop": report["aclop"]} == calls
+
+
+def test_without_the_hook_isin_falls_back_to_the_cpu(cache: str, tmp_path: Path) -> None:
+    result = run([str(ISIN_PROBE), str(tmp_path)], {"ASCEND_ENV_CACHE_DIR": cache})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["equal"] is True and report["aclnn"] == {} and report["aclop"] == {}
+    assert result.stderr.count(CAUTION) == 1
