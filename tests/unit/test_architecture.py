@@ -131,7 +131,7 @@ def test_the_diagram_covers_install_verify_and_audit():
 # may use them; any other (cli.py, __main__.py and the shims kept at old paths: _watch.py,
 # _audited.py, ops.py, runtime.py, smoke.py) stands for what it imports, so that an import of
 # ``_audited.py`` from ``checks/`` counts as imports of ``sim/`` and ``utils/``.
-LEVELS = ("utils", "kernels", "detect", "patching", "hook", "sim", "checks", "commands")
+LEVELS = ("utils", "kernels", "detect", "patching", "hook", "cann", "sim", "checks", "commands")
 BASE = ("__init__.py", "exceptions.py", "output.py", "states.py", "origin.py")
 # The shims kept at their first paths for callers outside the package (users, hooks already
 # installed): the package imports the module each one stands for, so a level's import of one is an
