@@ -92,7 +92,9 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
             line = f"audit passed on torch_npu {release}: nothing fell back to the CPU in {processes}"
         else:
             found = "; ".join(_NONE_FOUND[name] for name in fail_on if name in _NONE_FOUND)
-            line = f"audit passed on torch_npu {release} (--fail-on {','.join(fail_on)}): {found} in {processes}"
+            line = (
+                f"audit passed on torch_npu {release} (--fail-on {','.join(fail_on)}): {found} in {processes}"
+            )
         if stopped:
             line += f", but {left}: what they would have done later is not audited (--fail-on stopped fails)"
         return Verdict(0, line)
