@@ -375,7 +375,7 @@ def test_after_pip_uninstall_transformers_status_and_restore_work(site, patches)
     status = run_cli("status", "--json", "--target", str(site), "--patches-dir", str(patches))
     report = json.loads(status.stdout)
     assert status.returncode == 1 and report["status"] == "transformers removed"
-    assert report["run"].startswith("ascend-env restore")
+    assert report["run"].startswith("python -m ascend_env restore")
     restored = run_cli("restore", "--target", str(site))
     assert restored.returncode == 0, restored.stderr
     assert snapshot(site) == before
