@@ -194,7 +194,7 @@ def _unaudited(tree: proctree.Tree, reports: Path) -> List[Unaudited]:
             # A report of a generation stands for the last program of that generation (a fork that
             # subprocess execs has the generation of the fork before it).
             last = all(later.generation != image.generation for later in member.images[index + 1 :])
-            if not image.python or (key in reported.reports and last):
+            if not image.python or (key in reported.reports and last) or member.pid in reported.legacy:
                 continue
             if index == 0 and _forked_from_reporter(members.get(member.ppid), image, reported):
                 continue
@@ -221,8 +221,10 @@ def _forked_from_reporter(
 ) -> bool:
     if parent is None:
         return False
+    reporting = parent.pid in reported.legacy
     return any(
-        (parent.pid, parent.start, seen.generation) in reported.reports and seen.argv == image.argv
+        (reporting or (parent.pid, parent.start, seen.generation) in reported.reports)
+        and seen.argv == image.argv
         for seen in parent.images
     )
 

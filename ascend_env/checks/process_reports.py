@@ -131,12 +131,15 @@ def reported_images(reports: Path) -> proctree.Reported:
         return proctree.Reported()
     found: Set[Tuple[int, int, int]] = set()
     execs: Set[Tuple[int, int, int]] = set()
+    legacy: Set[int] = set()
     for name in names:
         stem, dot, kind = name.partition(".")
         image = _image(stem) if dot else None
         if image is not None and kind in ("json", "exec"):
             (found if kind == "json" else execs).add(image)
-    return proctree.Reported(frozenset(found), frozenset(execs))
+        elif kind == "json" and len(stem.split("-")) == 2 and stem.split("-")[0].isdigit():
+            legacy.add(int(stem.split("-")[0]))  # <pid>-<random>.json: an older reporter
+    return proctree.Reported(frozenset(found), frozenset(execs), frozenset(legacy))
 
 
 class Exec(NamedTuple):

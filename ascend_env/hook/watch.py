@@ -19,7 +19,7 @@ import _thread
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from ascend_env.utils.importhooks import ImportWatcher, find_spec_after, wrap_loader
+from ascend_env.utils.importhooks import ImportWatcher, find_spec_after, watched, wrap_loader
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
@@ -77,8 +77,9 @@ def imported_past(state: SimpleNamespace, fullname: str) -> None:
         return
     spec = getattr(module, "__spec__", None)
     # Still executing: the import system sets __spec__ (for a legacy loader, after load_module)
-    # and clears _initializing once the module has run.
-    if spec is None or getattr(spec, "_initializing", False):
+    # and clears _initializing once the module has run; a spec the hook watches (a module run by
+    # hand, or lazily) tells the hook itself.
+    if spec is None or getattr(spec, "_initializing", False) or watched(spec):
         return
     if state.finder in sys.meta_path:
         sys.meta_path.remove(state.finder)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     #: out for it by then (1: the import asked once; more: ``find_spec`` probes came first).
     Callback = Callable[["ModuleType", int], None]
 
-__all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "wrap_loader"]
+__all__ = ["ImportWatcher", "NotifyingLoader", "find_spec_after", "watched", "wrap_loader"]
 
 
 def find_spec_after(
@@ -68,37 +68,49 @@ def wrap_loader(
     spec: ModuleSpec, done: Callable[[ModuleType], None], failed: Optional[Callable[[], None]] = None
 ) -> None:
     """Call ``done(module)`` once the module of ``spec`` has executed (``failed()`` if its
-    execution raised).
+    execution raised); the module then has its own loader (``__loader__``, ``__spec__.loader``).
 
-    The loader stays as it is: ``spec`` becomes a :class:`_WatchedSpec` (a ``ModuleSpec`` again
-    once told), which hears of the end of the module's execution from the import system itself,
-    so a failing import's traceback holds no frame of ours and the module keeps its own loader. A
-    loader with only the legacy ``load_module()`` (which the import system calls without that
-    flag) is wrapped instead (:class:`NotifyingLoader`'s legacy twin); its module gets the
-    original loader back."""
-    if getattr(spec.loader, "exec_module", None) is None:
-        wrapper = _LegacyNotifyingLoader(spec.loader, done, spec, failed)
+    A plain ``ModuleSpec`` becomes a :class:`_WatchedSpec` (a ``ModuleSpec`` again once told): an
+    import hears of the end from the import system itself and runs the original loader, so a
+    failing import's traceback holds no frame of ours; anything else that runs the spec's loader
+    (``importlib.util.LazyLoader``, the "approximating import" recipe) gets a
+    :class:`NotifyingLoader`. A spec of another class gets the wrapper alone; a loader with only
+    the legacy ``load_module()`` (which the import system calls without that flag) its legacy twin.
+    """
+    legacy = getattr(spec.loader, "exec_module", None) is None
+    wrapper = (_LegacyNotifyingLoader if legacy else NotifyingLoader)(spec.loader, done, spec, failed)
+    if legacy or type(spec) is not _ModuleSpec:
         spec.loader = wrapper  # type: ignore[assignment]
         return
-    if type(spec) is _ModuleSpec:  # a subclass of someone else's stays theirs: wrap its loader
-        spec.__dict__[_WATCH] = (done, failed)
-        spec.__class__ = _WatchedSpec
-    else:
-        spec.loader = NotifyingLoader(spec.loader, done, spec, failed)  # type: ignore[assignment]
+    spec.__dict__[_WATCH] = wrapper
+    spec.__class__ = _WatchedSpec
 
 
 # The spec class of the import system (importlib.machinery.ModuleSpec, which this start-up does not
-# import), and where a watched spec keeps its callbacks.
+# import), and where a watched spec keeps the wrapper of its loader.
 _ModuleSpec: Any = type(sys.__spec__)
 _WATCH = "_ascend_env_watch"
 
 
 class _WatchedSpec(_ModuleSpec):  # type: ignore[misc]
-    """A spec that calls back once its module has executed: the import system sets
+    """A spec that calls back once its module has executed. The import system sets
     ``spec._initializing`` before it executes the module and clears it after, the module in
-    ``sys.modules`` only if it ran (``importlib._bootstrap._load_unlocked``, Python 3.8 to 3.13).
-    Told, it is a plain ``ModuleSpec`` again; copied, deep-copied or pickled (a probe's spec), it
-    is one."""
+    ``sys.modules`` only if it ran (``importlib._bootstrap._load_unlocked``, Python 3.8 to 3.13);
+    while it is set, ``loader`` is the original loader (no frame of ours), and else the wrapper
+    (:class:`NotifyingLoader`), for whatever runs the loader itself. Told, it is a plain
+    ``ModuleSpec`` again; copied, deep-copied or pickled (a probe's spec), it is one."""
+
+    @property
+    def loader(self) -> Any:
+        current = self.__dict__.get("loader")
+        wrapper = self.__dict__.get(_WATCH)
+        if wrapper is not None and current is wrapper._loader and not self.__dict__.get("_initializing"):
+            return wrapper
+        return current
+
+    @loader.setter
+    def loader(self, value: Any) -> None:
+        self.__dict__["loader"] = value
 
     @property
     def _initializing(self) -> bool:
@@ -107,18 +119,17 @@ class _WatchedSpec(_ModuleSpec):  # type: ignore[misc]
     @_initializing.setter
     def _initializing(self, value: bool) -> None:
         self.__dict__["_initializing"] = value
-        if value:
+        wrapper = self.__dict__.get(_WATCH)
+        if value or wrapper is None:
             return
-        watch = self.__dict__.pop(_WATCH, None)
-        self.__class__ = _ModuleSpec
-        if watch is None:
-            return
-        done, failed = watch
         module = sys.modules.get(self.name)
-        if module is not None:
-            done(module)
-        elif failed is not None:
-            failed()
+        _settle(self)
+        if module is None:
+            if wrapper._failed is not None:
+                wrapper._failed()
+            return
+        _give_back(wrapper, module)
+        wrapper._done(module)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         from operator import itemgetter
@@ -126,6 +137,21 @@ class _WatchedSpec(_ModuleSpec):  # type: ignore[misc]
         plain = _ModuleSpec.__new__(_ModuleSpec)
         plain.__dict__.update((k, v) for k, v in self.__dict__.items() if k != _WATCH)
         return itemgetter(0), ([plain],)
+
+
+def watched(spec: Any) -> bool:
+    """Whether ``spec`` is watched by :func:`wrap_loader` and not told yet (its module has not run
+    to its end)."""
+    return type(spec) is _WatchedSpec or isinstance(getattr(spec, "loader", None), _Wrapper)
+
+
+def _settle(spec: Any) -> None:
+    """A watched spec, told: a plain ``ModuleSpec`` with the original loader."""
+    if type(spec) is _WatchedSpec:
+        wrapper: Any = spec.__dict__.pop(_WATCH, None)
+        spec.__class__ = _ModuleSpec
+        if wrapper is not None and spec.__dict__.get("loader") is wrapper:
+            spec.__dict__["loader"] = getattr(wrapper, "_loader", None)
 
 
 class _Wrapper:
@@ -206,6 +232,7 @@ def _give_back(wrapper: _Wrapper, module: ModuleType) -> None:
     """The module has executed: where its loader is ``wrapper``, the original again."""
     original = wrapper._loader
     for holder in (wrapper._spec, getattr(module, "__spec__", None)):
+        _settle(holder)
         if holder is not None and getattr(holder, "loader", None) is wrapper:
             holder.loader = original
     if getattr(module, "__loader__", None) is wrapper:

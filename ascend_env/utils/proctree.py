@@ -53,8 +53,8 @@ _WITH_VALUE = frozenset("XWQ")
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 # What the program file of a Python interpreter holds, whatever its name: the entry point of
-# python's main (3.8+), or the embedding API (a program that runs Python inside).
-_PYTHON_MARKS = (b"Py_BytesMain", b"Py_Initialize", b"Py_Main")
+# python's main (3.8+; a program that only embeds Python, as vim or gdb do, does not name it).
+_PYTHON_MARKS = (b"Py_BytesMain",)
 # A program larger than this is not searched for them (only its name tells).
 _MAX_PROGRAM_BYTES = 1 << 30
 # Whether a program file is a Python interpreter, by (device, inode, size, mtime).
@@ -64,10 +64,13 @@ _programs: Dict[Tuple[int, int, int, int], bool] = {}
 class Reported(NamedTuple):
     """What the processes of the tree told of themselves, by process image: ``(pid, start time,
     exec generation)`` of each image that writes a report of its own (``reports``), and of each
-    that replaced itself by ``exec`` (``execs``): the image after it must be read again."""
+    that replaced itself by ``exec`` (``execs``): the image after it must be read again; and the
+    pids of reports named by pid alone (``legacy``: an older ascend-env in the command's Python),
+    which stand for every image of that pid."""
 
     reports: AbstractSet[Tuple[int, int, int]] = frozenset()
     execs: AbstractSet[Tuple[int, int, int]] = frozenset()
+    legacy: AbstractSet[int] = frozenset()
 
 
 def exec_generation(value: Optional[str], pid: int, start: int) -> int:
@@ -247,7 +250,7 @@ class Tree:
                 member.look(again=True)
             # A reporter's program is read once all the same: one that reported before the first
             # poll met it would keep no command line, and its forks would not be known as forks.
-            elif image not in reported.reports or not member.argv:
+            elif (image not in reported.reports and member.pid not in reported.legacy) or not member.argv:
                 member.look()
         for pid, member in self.members.items():
             if not member.ended and pid not in listed:

@@ -204,6 +204,18 @@ def test_an_exec_that_stays_audited_is_not_unaudited(command):
         audit.run([PY, "-c", command], "2.4.0")
 
 
+def test_a_report_named_by_pid_alone_still_counts(tmp_path):
+    # An older ascend-env in the command's Python names its report <pid>-<random>.json: it stands
+    # for that pid's images, as before reports were named by image.
+    legacy = (
+        "import os, json, time; d = os.environ['ASCEND_ENV_AUDIT_REPORTS']; pid = os.getpid(); "
+        "open(os.path.join(d, f'{pid}-abcd1234.json'), 'w').write(json.dumps({'pid': pid, 'torch': False})); "
+        "time.sleep(0.6)"
+    )
+    with pytest.raises(EnvironmentProblem, match="1 Python process ran, and none imported torch"):
+        audit.run(["sh", "-c", f'{PY} -I -c "{legacy}"'], "2.4.0")
+
+
 # A FIFO in the report directory hung audit forever and left the directory (issue 42, item 6).
 FIFO_NAMES = {
     "a report's name": "f'{os.getpid()}-1-0-abcd1234.json'",

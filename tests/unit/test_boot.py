@@ -552,7 +552,7 @@ def _pkg_resources_path() -> Optional[str]:
 TRANSPARENT = """
 import copy, importlib.machinery, importlib.util, pickle
 probe = importlib.util.find_spec('torch_npu')
-assert type(probe.loader) is importlib.machinery.SourceFileLoader  # never wrapped: the spec is watched
+assert type(probe.loader).__name__ == 'NotifyingLoader'  # for whatever runs it by hand
 assert isinstance(probe, importlib.machinery.ModuleSpec)
 for thing in (probe.loader, probe):
     copy.copy(thing); copy.deepcopy(thing)
@@ -619,3 +619,37 @@ def test_a_failing_import_has_no_frame_of_the_hook(tmp_path: Path, how):
     frames = [line for line in result.stderr.splitlines() if line.strip().startswith("File ")]
     assert not any("ascend_env" in frame or "ascend_env_hook" in frame for frame in frames), result.stderr
     assert any("torch_npu" in frame for frame in frames)
+
+
+# Whatever runs the spec's loader itself is heard too, once the module has run: LazyLoader and the
+# "approximating import" recipe of importlib's documentation.
+RUN_BY_HAND = {
+    "LazyLoader": (
+        "import importlib.util\nspec = importlib.util.find_spec('torch_npu')\n"
+        "loader = importlib.util.LazyLoader(spec.loader)\nspec.loader = loader\n"
+        "module = importlib.util.module_from_spec(spec)\nsys.modules['torch_npu'] = module\n"
+        "loader.exec_module(module)\nb = sys.modules['ascend_env_hook']\nbefore = list(b.STATE.events)\n"
+        "assert module.LOADED\n"
+    ),
+    "approximating import": (
+        "import importlib.util\nspec = importlib.util.find_spec('torch_npu')\n"
+        "module = importlib.util.module_from_spec(spec)\nsys.modules['torch_npu'] = module\n"
+        "b = sys.modules['ascend_env_hook']\nbefore = list(b.STATE.events)\n"
+        "spec.loader.exec_module(module)\nassert module.LOADED\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(RUN_BY_HAND))
+def test_a_loader_run_by_hand_is_heard_once_it_has_run(tmp_path: Path, how):
+    pkgs = hooked_site_with_torch_npu(tmp_path)
+    (pkgs / "torch_npu" / "__init__.py").write_text(
+        "import sys, json\nEARLY = list(sys.modules['ascend_env_hook'].STATE.events)\nLOADED = True\n"
+    )
+    code = f"sys.path.insert(0, {str(pkgs)!r})\n" + RUN_BY_HAND[how]
+    code += "import torch_npu\nassert torch_npu.EARLY == [] and before == [], (torch_npu.EARLY, before)\n"
+    result = run_python(tmp_path, code + REPORT)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout.splitlines()[-1])
+    assert len(state["events"]) == 1 and state["events"][0].startswith("torch_npu: import"), state
+    assert state["finder"] is False

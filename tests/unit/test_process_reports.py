@@ -68,8 +68,11 @@ def test_what_the_reporter_writes_is_read_as_written(tmp_path):
         {"pid": 3},
         {"pid": 5, "fallbacks": {"aten::isin": 2}, "future_key": [1]},
     ]
-    assert process_reports.reported_images(tmp_path) == proctree.Reported()  # not named by image
+    # named by pid alone (an older reporter): they stand for every image of their pid
+    assert process_reports.reported_images(tmp_path) == proctree.Reported(legacy={3, 5})
     (tmp_path / "6-100-2-ab12.json").write_text('{"pid": 6}')
     (tmp_path / "6-100-1-cd34.exec").write_text('{"pid": 6}')
     (tmp_path / "7-1-x-cd34.exec").write_text("{}")
-    assert process_reports.reported_images(tmp_path) == proctree.Reported({(6, 100, 2)}, {(6, 100, 1)})
+    assert process_reports.reported_images(tmp_path) == proctree.Reported(
+        {(6, 100, 2)}, {(6, 100, 1)}, {3, 5}
+    )
