@@ -21,9 +21,11 @@ def test_the_watch_forwarder_gives_installed_hooks_what_they_call():
 
     assert _watch.find_and_wrap is watch.find_and_wrap
     assert _watch.notify is watch.notify
+    assert _watch.imported_past is watch.imported_past  # this release's hook calls it too
     source = files.files()[files.MODULE_FILE].decode()
-    assert source.count("from ascend_env import _watch") == 2
+    assert source.count("from ascend_env import _watch") == 3
     assert "_watch.find_and_wrap(" in source and "_watch.notify(" in source
+    assert "_watch.imported_past(" in source
 
 
 def test_the_watch_forwarder_is_light():
