@@ -224,7 +224,9 @@ def _stats(path: Path) -> bool:
 def _compile(build: Build, output: Path) -> None:
     command = build.command(output)
     progress.say(f"compiler command: {shlex.join(command)}", verbose=True)
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    result = subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
     if result.returncode == 0:
         return
     log = build.directory / "build.log"

@@ -225,3 +225,15 @@ def test_too_many_links_on_the_way_is_an_error_not_a_loop(tmp_path, monkeypatch)
     with pytest.raises(EnvironmentProblem):
         buildcache.ensure_built(_build(root / "sim-x", calls))
     assert calls == [] and chain.is_symlink()
+
+
+def test_a_compiler_that_prints_bytes_that_are_not_utf8_still_fails_with_its_log(tmp_path, monkeypatch):
+    """A failed compile's output is read as text with undecodable bytes replaced: the error and
+    its log, not a UnicodeDecodeError."""
+    root = _cache(monkeypatch, tmp_path / "cache")
+    calls: List[Path] = []
+    build = _build(root / "sim-x", calls, script="printf 'bad \\377\\376 bytes\\n'; exit 1")
+    with pytest.raises(EnvironmentProblem, match="backend failed") as info:
+        buildcache.ensure_built(build)
+    assert "bad \ufffd\ufffd bytes" in info.value.problem
+    assert "bad" in (build.directory / "build.log").read_text(encoding="utf-8")
