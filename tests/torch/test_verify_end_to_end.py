@@ -217,13 +217,12 @@ def test_on_a_device_generate_runs_in_a_second_process_without_fallback_disable(
     table = optables.load("2.13.0")
     lacking = [op.op for op in registry.OVERLOADS if all(name not in table for name in op.when_missing)]
     assert result["hook"]["registered"] == lacking == ["_assert_async", "_assert_async.msg"]
+    names = [fix.name for fix in registry.FIXES]
     assert [check["name"] for check in result["checks"]] == [
         "fallback line",
-        "isin",
-        "polar",
+        *names,
         "generate",
-        "isin fallback",
-        "polar fallback",
+        *(f"{name} fallback" for name in names),
         "patches",
         "hook",
         "compile mode",
