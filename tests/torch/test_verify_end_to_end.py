@@ -120,7 +120,7 @@ def test_docker_build_steps_pass_on_the_simulator(tmp_path, wheel, record_proper
         "verify: passed on the simulator, not a real NPU (torch_npu 2.1.0.post6 op table): "
         "--torch-npu was given"
     ) in done.stdout
-    assert "ok    isin fallback: none" in done.stdout
+    assert "ok    isin fallback, polar fallback, " in done.stdout  # passing checks alike, one line
     assert (
         "ok    hook: heard of torch_npu through transformers' check, import accelerate, a plain import; "
         "registered isin.Tensor_Tensor, isin.Tensor_Tensor_out"
