@@ -4,7 +4,8 @@ written as."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Union
+import re
+from typing import Any, Dict, List, Mapping, Sequence, Union
 
 from ascend_env.checks.verify_result import VerifyResult
 
@@ -25,7 +26,7 @@ def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
     data = _as_dict(result)
     verdict = "passed" if data["ok"] else "FAILED"
     lines = [f"verify: {verdict} {_where(data)}"]
-    for check in data["checks"]:
+    for check in _folded(data["checks"]):
         lines.append(f"  {'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
         if check.get("fix"):
             lines.append(f"        fix: {check['fix']}")
@@ -40,6 +41,37 @@ def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
         cause = "nothing was checked"
     lines.append(f"verify: {verdict}: {cause}")
     return "\n".join(lines)
+
+
+_OVERLOADS = re.compile(r"all (\d+) overloads (.*)")
+
+
+def _folded(checks: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """``checks``, with each run of passing ones that say the same thing on one line: the fixes'
+    steps (``isin (6), polar (2): every overload ...``) and their fallback checks. Failed checks
+    keep a line each; ``--json`` keeps every check."""
+    folded: List[Dict[str, Any]] = []
+    for check in checks:
+        name, detail = check["name"], check["detail"]
+        steps = _OVERLOADS.fullmatch(detail) if check["ok"] else None
+        if steps:
+            name, detail = f"{name} ({steps.group(1)})", f"every overload {steps.group(2)}"
+        last = folded[-1] if folded else None
+        if (
+            check["ok"]
+            and last is not None
+            and last["ok"]
+            and (last["detail"], last.get("fix")) == (detail, None)
+        ):
+            last["name"] = f"{last['name']}, {name}"
+            continue
+        folded.append({**check, "name": name, "detail": detail})
+    return [dict(check, name=_single(check["name"])) for check in folded]
+
+
+def _single(name: str) -> str:
+    """A lone step keeps its plain name (``isin``, not ``isin (6)``), as ``--json`` names it."""
+    return re.sub(r" \(\d+\)$", "", name) if ", " not in name else name
 
 
 def _where(data: Mapping[str, Any]) -> str:

@@ -152,7 +152,8 @@ def test_verify_fails_first_on_the_isin_fallback_and_says_what_it_is_doing(walkt
         "no NPU isin), then verify again"
     )
     assert fix in lines
-    assert lines[-1].startswith("verify: FAILED: ") and "isin fallback, hook (fix lines above)" in lines[-1]
+    assert lines[-1].startswith("verify: FAILED: ") and "failed: isin fallback, " in lines[-1]
+    assert lines[-1].endswith(" fallback, hook (fix lines above)")
     # stderr: progress only, and the first run builds the backend into the empty cache, once.
     progress = step.stderr.splitlines()
     assert progress and all(line.startswith("ascend-env: ") for line in progress), step.stderr

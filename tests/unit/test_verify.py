@@ -901,3 +901,17 @@ def test_auto_asks_the_machine_before_it_runs_the_smoke_test(npu, monkeypatch):
         assert asked == ["npu"] and reason is None and runs[0].report["npu_machine"] == "/dev/davinci0 exists"
     else:  # no NPU: the simulator, as before
         assert asked[0] == "auto" and reason == "torch_npu is not installed"
+def test_passing_checks_alike_share_a_line_and_failed_ones_keep_theirs():
+    text = verify_text.format_text(judged(good_report()))
+    names = [fix.name for fix in registry.FIXES]
+    steps = ", ".join(f"{name} ({len(fix.smoke)})" for name, fix in zip(names, registry.FIXES))
+    assert f"  ok    {steps}: every overload (out= included) ran on npu:0 and match the CPU" in text
+    fallbacks = ", ".join(f"{name} fallback" for name in names)
+    assert f"  ok    {fallbacks}: none: no CAUTION line, no refusal, nothing counted" in text
+    report = good_report()
+    report["steps"]["polar"]["overloads"]["polar.out"] = {"ok": False, "error": "wrong"}
+    lines = verify_text.format_text(judged(report)).splitlines()
+    assert "  FAIL  polar: polar.out: wrong" in lines
+    assert "  ok    isin: every overload (out= included) ran on npu:0 and match the CPU" in lines
+    assert any(line.startswith("  ok    repeat_interleave (1), bitwise_shift (6)") for line in lines)
+    assert judged(good_report())["checks"][1]["name"] == "isin"  # --json keeps a check per step
