@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -32,7 +32,19 @@ TABLES = ("2.1.0.post6", "2.2.0", "2.3.1", "2.5.1")
 
 def runs(document: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     """The runs of this suite, by key."""
-    return {name: record for name, record in document["runs"].items() if record.get("suite") == SUITE}
+    return {name: record for name, record in document["runs"].items() if suite_of(record) == SUITE}
+
+
+def chosen(archs: Optional[str], sample: bool) -> List[str]:
+    """The workloads a run takes: ``archs`` (comma-separated) when given, else the sample or all."""
+    if archs is not None:
+        return [name for name in archs.split(",") if name]
+    return list(SAMPLE if sample else WORKLOADS)
+
+
+def suite_of(record: Dict[str, Any]) -> str:
+    """``generation`` (tools/coverage_models.py) or ``workloads`` (tools/coverage_workloads.py)."""
+    return str(record.get("suite", "generation"))
 
 
 def fixed(table: str) -> List[str]:
@@ -48,8 +60,7 @@ def _after(fallbacks: Dict[str, int], table: str) -> str:
     """The ops that fell back after install, each without a kernel in the registry marked so."""
     known = fixed(table)
     return (
-        ", ".join(_op(op) + ("" if op in known else " (no kernel yet)") for op in sorted(fallbacks))
-        or "none"
+        ", ".join(_op(op) + ("" if op in known else " (no kernel yet)") for op in sorted(fallbacks)) or "none"
     )
 
 
@@ -60,7 +71,9 @@ def _status(arch: Dict[str, Any]) -> str:
 
 def _not_covered(arch: Dict[str, Any]) -> str:
     reasons = [arch["error"]] if arch["error"] else []
-    reasons += [s.split(": ", 1)[1] for s in arch["strategies"].values() if s.startswith(("not covered", "npu"))]
+    reasons += [
+        s.split(": ", 1)[1] for s in arch["strategies"].values() if s.startswith(("not covered", "npu"))
+    ]
     return "; ".join(r.replace("|", "/")[:110] for r in reasons)
 
 
@@ -78,15 +91,25 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
         "back after install is marked *no kernel yet* where the fix registry (ascend_env/kernels/"
         "registry.py) has no kernel for it on that table: a known gap, shown, not a failure of the run."
     )
-    lines = ["# Beyond text generation", "", *textwrap.wrap(intro, 100), "", "| workload | kind | step |", "|---|---|---|"]
+    lines = [
+        "# Beyond text generation",
+        "",
+        *textwrap.wrap(intro, 100),
+        "",
+        "| workload | kind | step |",
+        "|---|---|---|",
+    ]
     for name, (category, step, _needs, function) in WORKLOADS.items():
-        lines.append(f"| {name} | {category} | {step}: {(function.__doc__ or '').split(chr(10))[0].strip()} |")
+        lines.append(
+            f"| {name} | {category} | {step}: {(function.__doc__ or '').split(chr(10))[0].strip()} |"
+        )
     lines += [
         "",
         "Run one table (`tools/coverage_workloads.py`; torchvision pinned to the torch it pairs with):",
         "",
         "```console",
-        "$ python tools/coverage_matrix.py run --suite workloads --table 2.2.0 --python /path/to/env/bin/python",
+        "$ python tools/coverage_matrix.py run --suite workloads --table 2.2.0 \\",
+        "    --python /path/to/env/bin/python",
         "```",
         "",
         *textwrap.wrap(
@@ -109,7 +132,9 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
                     where.setdefault(record["table"], []).append(arch_name)
     for op, phases in sorted(ops.items()):
         cells = [
-            "; ".join(f"{table}: {', '.join(sorted(set(names)))}" for table, names in sorted(phases[p].items()))
+            "; ".join(
+                f"{table}: {', '.join(sorted(set(names)))}" for table, names in sorted(phases[p].items())
+            )
             or "none"
             for p in ("before", "after")
         ]
@@ -132,8 +157,9 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
                 lines.append(f"| {arch_name} | {arch['category']} | - | - | - | {_not_covered(arch)} |")
                 continue
             before = ", ".join(_op(op) for op in sorted(arch["fallbacks"])) or "none"
+            after_ops = _after(later["fallbacks"], record["table"])
             lines.append(
-                f"| {arch_name} | {arch['category']} | {before} | {_after(later['fallbacks'], record['table'])} | "
+                f"| {arch_name} | {arch['category']} | {before} | {after_ops} | "
                 f"{_status(later)} | {_not_covered(later)} |"
             )
         lines.append("")

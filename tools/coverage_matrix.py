@@ -22,10 +22,8 @@ Usage::
     python tools/coverage_matrix.py run --suite workloads --table 2.2.0 [--archs faster_rcnn,vit]
     python tools/coverage_matrix.py render | check
 
-``--suite workloads`` runs ``tools/coverage_workloads.py`` instead: workloads beyond text
-generation (detection, ViT, audio, a vision-language forward, 4-bit unpacking; rendered by
-``tools/coverage_beyond.py``). There an op that falls back after install is a problem only where
-the fix registry has a kernel for it on that table; one it has none for yet is shown, not hidden.
+``--suite workloads`` runs ``tools/coverage_workloads.py`` (beyond text generation; see
+``tools/coverage_beyond.py``: an op still falling back there without a registry kernel is shown).
 
 ``run`` exits 1 when anything falls back after install, or when NPU tokens differ from the CPU's.
 """
@@ -240,18 +238,14 @@ def _python_version(python: str) -> str:
 
 
 def key(record: Dict[str, Any]) -> str:
-    name = f"torch_npu {record['table']} table, torch {record['torch']}, transformers {record['transformers']}"
+    name = (
+        f"torch_npu {record['table']} table, torch {record['torch']}, transformers {record['transformers']}"
+    )
     return name if suite_of(record) == "generation" else f"{suite_of(record)}: {name}"
 
 
-def suite_of(record: Dict[str, Any]) -> str:
-    """``generation`` (tools/coverage_models.py) or ``workloads`` (tools/coverage_workloads.py)."""
-    return str(record.get("suite", "generation"))
-
-
-def fixed_ops(table: str) -> List[str]:
-    """The ops (``aten::isin.Tensor_Tensor``) the fix registry registers on torch_npu ``table``."""
-    return sorted(op.qualified_name for fix in FIXES for op in fix.ops if op.needed_by(table))
+suite_of = coverage_beyond.suite_of
+fixed_ops = coverage_beyond.fixed
 
 
 def load(data: Path) -> Dict[str, Any]:
@@ -362,6 +356,10 @@ def matrix_cells() -> List[Dict[str, str]]:
     return cells
 
 
+def _generation(document: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    return [(name, r) for name, r in document["runs"].items() if suite_of(r) == "generation"]
+
+
 def matrix_text(document: Dict[str, Any]) -> str:
     """What the whole matrix is, which of its cells are measured, and which runs are extra."""
     lines = []
@@ -371,11 +369,7 @@ def matrix_text(document: Dict[str, Any]) -> str:
         lines.append(f"{table} with torch {torch} (Python {python}), transformers {oldest} and {newest}")
     cells = [key(cell) for cell in matrix_cells()]
     missing = [name for name in cells if name not in document["runs"]]
-    extras = [
-        record
-        for name, record in document["runs"].items()
-        if name not in cells and suite_of(record) == "generation"
-    ]
+    extras = [record for name, record in _generation(document) if name not in cells]
     text = (
         "The whole matrix is every affected table measured with the torch its torch_npu release pins, "
         "in an environment per torch line, with the oldest and newest transformers release our patches "
@@ -435,11 +429,7 @@ def render_page(document: Dict[str, Any]) -> str:
     ]
     cells = [key(cell) for cell in matrix_cells()]
     order = [name for name in cells if name in document["runs"]]
-    order += [
-        name
-        for name, record in document["runs"].items()
-        if name not in cells and suite_of(record) == "generation"
-    ]
+    order += [name for name, _record in _generation(document) if name not in cells]
     for name in order:
         record = document["runs"][name]
         extra = (
@@ -550,12 +540,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runner.add_argument("--strategies", default=",".join(STRATEGIES))
     runner.add_argument("--sample", action="store_true", help="the CI sample (its table, archs, strategies)")
     runner.add_argument("--data", type=Path, default=DATA)
-    runner.add_argument(
-        "--suite",
-        choices=sorted(CHILDREN),
-        default="generation",
-        help="generation (tools/coverage_models.py) or workloads beyond it (tools/coverage_workloads.py)",
-    )
+    runner.add_argument("--suite", choices=sorted(CHILDREN), default="generation", help="what the child runs")
     runner.add_argument(
         "--note",
         action="append",
@@ -570,15 +555,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         table = SAMPLE_TABLE if args.sample else args.table
         if table is None:
             parser.error("run needs --table or --sample")
-        workloads = args.suite == "workloads"
-        if workloads:
-            default = coverage_beyond.SAMPLE if args.sample else tuple(WORKLOADS)
-            archs = [a for a in (",".join(default) if args.archs == ",".join(ARCHITECTURES) else args.archs).split(",") if a]
-            strategies: List[str] = []
+        if args.suite == "workloads":  # --archs names workloads here; --strategies is not used
+            archs, strategies = (
+                coverage_beyond.chosen(
+                    None if args.archs == ",".join(ARCHITECTURES) else args.archs, args.sample
+                ),
+                [],
+            )
             unknown = sorted(set(archs) - set(WORKLOADS))
         else:
             archs = list(SAMPLE_ARCHS) if args.sample else [a for a in args.archs.split(",") if a]
-            strategies = list(SAMPLE_STRATEGIES) if args.sample else [s for s in args.strategies.split(",") if s]
+            strategies = (
+                list(SAMPLE_STRATEGIES) if args.sample else [s for s in args.strategies.split(",") if s]
+            )
             unknown = sorted(set(archs) - set(ARCHITECTURES)) + sorted(set(strategies) - set(STRATEGIES))
         if unknown:
             parser.error(f"unknown architectures or strategies: {', '.join(unknown)}")

@@ -163,7 +163,12 @@ def qwen2_vl(device: str) -> Dict[str, Any]:
         "pad_token_id": 0,
     }
     vision = {"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 4, "mlp_ratio": 2, "patch_size": 2}
-    tokens = {"image_token_id": 90, "video_token_id": 91, "vision_start_token_id": 88, "vision_end_token_id": 89}
+    tokens = {
+        "image_token_id": 90,
+        "video_token_id": 91,
+        "vision_start_token_id": 88,
+        "vision_end_token_id": 89,
+    }
     # transformers 4.50 on take the text part as a sub-config; 4.45 to 4.49 as the config's own fields.
     if "text_config" in inspect.signature(Qwen2VLConfig.__init__).parameters:
         config = Qwen2VLConfig(text_config=text, vision_config=vision, **tokens)
@@ -175,7 +180,12 @@ def qwen2_vl(device: str) -> Dict[str, Any]:
     pixels = _tensor(device, 1, 16, 3 * 2 * 2 * 2)
     ids = torch.tensor([[5, 88] + [90] * 4 + [89, 6, 7, 8]], device=device)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels, image_grid_thw=grid.to(device))
+        out = model(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            pixel_values=pixels,
+            image_grid_thw=grid.to(device),
+        )
     return {"logits": out.logits}
 
 
@@ -210,7 +220,9 @@ WORKLOADS: Dict[str, Tuple[str, str, Optional[str], Callable[[str], Dict[str, An
 
 def describe(outputs: Dict[str, Any]) -> List[str]:
     """Each output as ``name shape dtype`` (what a strategy's ``cpu`` holds)."""
-    return [f"{name} {tuple(value.shape)} {str(value.dtype).split('.')[-1]}" for name, value in outputs.items()]
+    return [
+        f"{name} {tuple(value.shape)} {str(value.dtype).split('.')[-1]}" for name, value in outputs.items()
+    ]
 
 
 def differences(cpu: Dict[str, Any], npu: Dict[str, Any]) -> List[str]:
@@ -221,7 +233,9 @@ def differences(cpu: Dict[str, Any], npu: Dict[str, Any]) -> List[str]:
     for name, expected in cpu.items():
         got = npu[name].cpu()
         if got.shape != expected.shape or got.dtype != expected.dtype:
-            found.append(f"{name}: {tuple(got.shape)} {got.dtype}, not {tuple(expected.shape)} {expected.dtype}")
+            found.append(
+                f"{name}: {tuple(got.shape)} {got.dtype}, not {tuple(expected.shape)} {expected.dtype}"
+            )
         elif expected.is_floating_point() or expected.is_complex():
             if not torch.allclose(got, expected, atol=ATOL, rtol=RTOL, equal_nan=True):
                 found.append(f"{name}: max abs difference {float((got - expected).abs().max()):.3g}")
@@ -239,7 +253,13 @@ def run_workload(name: str, npu: bool) -> Dict[str, Any]:
     import importlib
 
     category, step, needs, function = WORKLOADS[name]
-    result: Dict[str, Any] = {"category": category, "model_type": name, "error": None, "strategies": {}, "fallbacks": {}}
+    result: Dict[str, Any] = {
+        "category": category,
+        "model_type": name,
+        "error": None,
+        "strategies": {},
+        "fallbacks": {},
+    }
     if needs is not None:
         try:
             importlib.import_module(needs)
