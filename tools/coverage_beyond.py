@@ -56,11 +56,21 @@ def _op(op: str) -> str:
     return f"`{op.split('::')[-1]}`" if op.startswith("aten::") else f"`{op}`"
 
 
-def _after(fallbacks: Dict[str, int], table: str) -> str:
-    """The ops that fell back after install, each without a kernel in the registry marked so."""
+def _order(name: str) -> int:
+    """A workload's place in WORKLOADS (the page's row order)."""
+    return list(WORKLOADS).index(name) if name in WORKLOADS else len(WORKLOADS)
+
+
+def _after(fallbacks: Dict[str, int], table: str, counts: bool = False) -> str:
+    """The ops that fell back after install (``x<count>``: calls in the step), each without a kernel
+    in the registry marked so."""
     known = fixed(table)
     return (
-        ", ".join(_op(op) + ("" if op in known else " (no kernel yet)") for op in sorted(fallbacks)) or "none"
+        ", ".join(
+            _op(op) + (f" x{n}" if counts else "") + ("" if op in known else " (no kernel yet)")
+            for op, n in sorted(fallbacks.items())
+        )
+        or "none"
     )
 
 
@@ -100,9 +110,8 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
         "|---|---|---|",
     ]
     for name, (category, step, _needs, function) in WORKLOADS.items():
-        lines.append(
-            f"| {name} | {category} | {step}: {(function.__doc__ or '').split(chr(10))[0].strip()} |"
-        )
+        about = " ".join((function.__doc__ or "").split()).replace("``", "`")
+        lines.append(f"| {name} | {category} | {step}: {about} |")
     lines += [
         "",
         "Run one table (`tools/coverage_workloads.py`; torchvision pinned to the torch it pairs with):",
@@ -145,19 +154,20 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
             f"## {name}",
             "",
             f"Python {record['python']}; torchvision {record.get('torchvision', 'none')}; "
-            f"{record['seconds']} s on 2 shared cores.",
+            f"{record['seconds']} s on 2 shared cores. `x<n>`: the op's calls in the step on the NPU.",
             "",
             "| workload | kind | fell back before install | after install | same outputs | not covered |",
             "|---|---|---|---|---|---|",
         ]
         after = record["phases"]["after"]
-        for arch_name, arch in record["phases"]["before"].items():
+        ordered = sorted(record["phases"]["before"].items(), key=lambda item: _order(item[0]))
+        for arch_name, arch in ordered:
             later = after.get(arch_name, {"fallbacks": {}, "strategies": {}, "error": None})
             if arch["error"]:
                 lines.append(f"| {arch_name} | {arch['category']} | - | - | - | {_not_covered(arch)} |")
                 continue
-            before = ", ".join(_op(op) for op in sorted(arch["fallbacks"])) or "none"
-            after_ops = _after(later["fallbacks"], record["table"])
+            before = ", ".join(f"{_op(op)} x{n}" for op, n in sorted(arch["fallbacks"].items())) or "none"
+            after_ops = _after(later["fallbacks"], record["table"], counts=True)
             lines.append(
                 f"| {arch_name} | {arch['category']} | {before} | {after_ops} | "
                 f"{_status(later)} | {_not_covered(later)} |"

@@ -58,6 +58,10 @@ def _detection(builder: str) -> Callable[[str], Dict[str, Any]]:
                 outputs[f"{i}.{name}"] = value
         return outputs
 
+    run.__doc__ = (
+        f"torchvision's `{builder}` with no weights, 3 classes, 64-pixel images, eval: a detection of "
+        "two images (nms of the proposals and detections, roi_align of the heads)."
+    )
     return run
 
 
@@ -190,18 +194,24 @@ def qwen2_vl(device: str) -> Dict[str, Any]:
 
 
 def unpack_4bit(device: str) -> Dict[str, Any]:
-    """4-bit weights packed eight to an int32 (as GPTQ stores them), unpacked with bit shifts and
-    dequantized; then packed again from the nibbles with left shifts."""
+    """4-bit weights packed eight to an int32 and unpacked with `torch.bitwise_left_shift` /
+    `torch.bitwise_right_shift` (as GPTQ's packers and dequantizers call them), then dequantized;
+    and unpacked with the `>>` operator (`__rshift__`), which other code uses."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
     nibbles = torch.randint(0, 16, (64, 32, 8), generator=generator, dtype=torch.int32).to(device)
     shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=device)
-    packed = (nibbles << shifts).sum(-1, dtype=torch.int32)
-    unpacked = (packed.unsqueeze(-1) >> shifts) & 15
+    packed = torch.bitwise_left_shift(nibbles, shifts).sum(-1, dtype=torch.int32)
+    unpacked = torch.bitwise_and(torch.bitwise_right_shift(packed.unsqueeze(-1), shifts), 15)
     scales = _tensor(device, 1, 64, 1).abs()
     weight = (unpacked.reshape(64, 256).float() - 8) * scales
-    return {"packed": packed, "unpacked": unpacked, "matmul": _tensor(device, 2, 4, 256) @ weight.t()}
+    return {
+        "packed": packed,
+        "unpacked": unpacked,
+        "operators": (packed.unsqueeze(-1) >> shifts) & 15,
+        "matmul": _tensor(device, 2, 4, 256) @ weight.t(),
+    }
 
 
 # name -> (category, the step compared, the package it needs beyond torch, its function).

@@ -230,8 +230,8 @@ def test_the_page_marks_what_still_falls_back_after_install_per_table(tmp_path):
     page = coverage_matrix.render_page(document)
     assert "# Beyond text generation" in page
     assert (
-        "| faster_rcnn | vision | `repeat_interleave.Tensor`, `torchvision::nms` | "
-        "`torchvision::nms` (no kernel yet) | yes |  |"
+        "| faster_rcnn | vision | `repeat_interleave.Tensor` x1, `torchvision::nms` x4 | "
+        "`torchvision::nms` x4 (no kernel yet) | yes |  |"
     ) in page
     assert "| `torchvision::nms` | 2.2.0: faster_rcnn | 2.2.0: faster_rcnn |" in page
     assert "| `repeat_interleave.Tensor` | 2.2.0: faster_rcnn | none |" in page
