@@ -20,6 +20,7 @@ sys.path.insert(1, str(ROOT))
 
 from coverage_workloads import WORKLOADS  # noqa: E402
 
+from ascend_env.detect import compat  # noqa: E402
 from ascend_env.kernels.registry import FIXES  # noqa: E402
 
 SUITE = "workloads"
@@ -54,6 +55,17 @@ def fixed(table: str) -> List[str]:
 
 def _op(op: str) -> str:
     return f"`{op.split('::')[-1]}`" if op.startswith("aten::") else f"`{op}`"
+
+
+def _pairing(record: Dict[str, Any]) -> str:
+    """``An extra pairing (...); `` where the run's torch is not the one its table's release pins."""
+    row = compat.load().find(record["table"])
+    pinned = row.torch if row is not None else "unknown"
+    return (
+        ""
+        if pinned == record["torch"]
+        else f"An extra pairing (torch_npu {record['table']} pins torch {pinned}); "
+    )
 
 
 def _order(name: str) -> int:
@@ -153,7 +165,7 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
         lines += [
             f"## {name}",
             "",
-            f"Python {record['python']}; torchvision {record.get('torchvision', 'none')}; "
+            f"{_pairing(record)}Python {record['python']}; torchvision {record.get('torchvision', 'none')}; "
             f"{record['seconds']} s on 2 shared cores. `x<n>`: the op's calls in the step on the NPU.",
             "",
             "| workload | kind | fell back before install | after install | same outputs | not covered |",

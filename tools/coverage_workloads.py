@@ -320,6 +320,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError:
         vision = "none"
     table = sim.enabled_table()
+    if table is not None:
+        # As a script on Ascend does before it uses "npu" (torch < 2.5 loads no backend itself): the
+        # import is what starts the startup hook after install. Without it only a workload that
+        # imports transformers (which imports torch_npu) would see the fixes.
+        import torch_npu  # noqa: F401
     results: Dict[str, Any] = {
         "transformers": release,
         "torch": torch.__version__,
