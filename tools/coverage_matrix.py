@@ -410,6 +410,7 @@ def render_page(document: Dict[str, Any]) -> str:
         "CPU before and after install, how many strategies gave the CPU's tokens on the NPU, and what",
         "could not be compared and why (an error that the CPU run has too, or a model type this",
         "transformers release lacks: such a model never ran, and its row shows `-`, not `none`).",
+        "[Beyond text generation](#beyond-text-generation): detection, ViT, audio, Qwen2-VL, 4-bit weights.",
         "",
         "Strategies: " + ", ".join(f"`{name}`" for name in STRATEGIES) + " (`tools/coverage_models.py`).",
         "",
