@@ -19,7 +19,11 @@ Usage::
 
     python tools/coverage_matrix.py run --table 2.2.0 [--python PY] [--archs a,b] [--strategies s,t]
     python tools/coverage_matrix.py run --sample           # the CI sample (tox -e torch-2.3.1 runs it)
+    python tools/coverage_matrix.py run --suite workloads --table 2.2.0 [--archs faster_rcnn,vit]
     python tools/coverage_matrix.py render | check
+
+``--suite workloads`` runs ``tools/coverage_workloads.py`` (beyond text generation; see
+``tools/coverage_beyond.py``: an op still falling back there without a registry kernel is shown).
 
 ``run`` exits 1 when anything falls back after install, or when NPU tokens differ from the CPU's.
 """
@@ -43,12 +47,15 @@ sys.path.insert(0, str(ROOT / "tools"))
 # This checkout's ascend_env (its fix registry names what the page says), installed or not.
 sys.path.insert(1, str(ROOT))
 
+import coverage_beyond  # noqa: E402
 from coverage_models import ARCHITECTURES, STRATEGIES  # noqa: E402
+from coverage_workloads import WORKLOADS  # noqa: E402
 
 from ascend_env.detect import compat  # noqa: E402
 from ascend_env.kernels.registry import FIXES  # noqa: E402
 
 CHILD = ROOT / "tools" / "coverage_models.py"
+CHILDREN = {"generation": CHILD, "workloads": ROOT / "tools" / "coverage_workloads.py"}
 DATA = ROOT / "docs" / "coverage.json"
 PAGE = ROOT / "docs" / "coverage.md"
 SIMULATOR_PAGE = ROOT / "docs" / "simulator.md"
@@ -111,7 +118,13 @@ def scratch_environment(python: str, root: Path) -> Tuple[str, Path]:
 
 
 def audit(
-    python: str, table: str, archs: List[str], strategies: List[str], after: bool, workdir: Path
+    python: str,
+    table: str,
+    archs: List[str],
+    strategies: List[str],
+    after: bool,
+    workdir: Path,
+    suite: str = "generation",
 ) -> Dict[str, Any]:
     """One phase: the child under ``ascend-env audit --json``; its result and the audit's report."""
     out = workdir / ("after.json" if after else "before.json")
@@ -128,7 +141,7 @@ def audit(
         table,
         "--",
         python,
-        str(CHILD),
+        str(CHILDREN[suite]),
         "--out",
         str(out),
         "--archs",
@@ -183,6 +196,7 @@ def run(
     strategies: List[str],
     data: Path,
     notes: Optional[List[str]] = None,
+    suite: str = "generation",
 ) -> Dict[str, Any]:
     """Both phases for one environment and table; merges the record into ``data``; returns it.
     ``notes``: what the environment needed beyond transformers' own requirements, and why; the page
@@ -191,10 +205,10 @@ def run(
     phases: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ascend-env-coverage-") as scratch:
         work = Path(scratch)
-        before = audit(python, table, archs, strategies, False, work)
+        before = audit(python, table, archs, strategies, False, work, suite)
         phases["before"] = summarize(before)
         scratch_python, _site = scratch_environment(python, work / "env")
-        after = audit(scratch_python, table, archs, strategies, True, work)
+        after = audit(scratch_python, table, archs, strategies, True, work, suite)
         phases["after"] = summarize(after)
     record = {
         "table": table,
@@ -206,6 +220,10 @@ def run(
         "seconds": round(time.monotonic() - started),
         "notes": list(notes or []),
     }
+    if suite != "generation":
+        record["suite"] = suite
+        record["torchvision"] = before.get("torchvision", "none")
+        record["strategies"] = sorted({s for arch in phases["before"].values() for s in arch["strategies"]})
     merge(data, record)
     return record
 
@@ -220,9 +238,14 @@ def _python_version(python: str) -> str:
 
 
 def key(record: Dict[str, Any]) -> str:
-    return (
+    name = (
         f"torch_npu {record['table']} table, torch {record['torch']}, transformers {record['transformers']}"
     )
+    return name if suite_of(record) == "generation" else f"{suite_of(record)}: {name}"
+
+
+suite_of = coverage_beyond.suite_of
+fixed_ops = coverage_beyond.fixed
 
 
 def load(data: Path) -> Dict[str, Any]:
@@ -281,9 +304,12 @@ def problems(record: Dict[str, Any]) -> List[str]:
             for strategy, status in arch["strategies"].items():
                 if status == "differs" or status.startswith("npu error"):
                     found.append(f"{phase}: {name} {strategy}: {status}")
+    # Beyond generation, an op without a kernel in the registry still falls back (shown on the page).
+    fixed = fixed_ops(record["table"]) if suite_of(record) != "generation" else None
     for name, arch in record["phases"]["after"].items():
-        if arch["fallbacks"]:
-            found.append(f"after install: {name}: {', '.join(arch['fallbacks'])} fell back")
+        late = [op for op in arch["fallbacks"] if fixed is None or op in fixed]
+        if late:
+            found.append(f"after install: {name}: {', '.join(late)} fell back")
     return found
 
 
@@ -330,6 +356,10 @@ def matrix_cells() -> List[Dict[str, str]]:
     return cells
 
 
+def _generation(document: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    return [(name, r) for name, r in document["runs"].items() if suite_of(r) == "generation"]
+
+
 def matrix_text(document: Dict[str, Any]) -> str:
     """What the whole matrix is, which of its cells are measured, and which runs are extra."""
     lines = []
@@ -339,7 +369,7 @@ def matrix_text(document: Dict[str, Any]) -> str:
         lines.append(f"{table} with torch {torch} (Python {python}), transformers {oldest} and {newest}")
     cells = [key(cell) for cell in matrix_cells()]
     missing = [name for name in cells if name not in document["runs"]]
-    extras = [record for name, record in document["runs"].items() if name not in cells]
+    extras = [record for name, record in _generation(document) if name not in cells]
     text = (
         "The whole matrix is every affected table measured with the torch its torch_npu release pins, "
         "in an environment per torch line, with the oldest and newest transformers release our patches "
@@ -380,6 +410,7 @@ def render_page(document: Dict[str, Any]) -> str:
         "CPU before and after install, how many strategies gave the CPU's tokens on the NPU, and what",
         "could not be compared and why (an error that the CPU run has too, or a model type this",
         "transformers release lacks: such a model never ran, and its row shows `-`, not `none`).",
+        "[Beyond text generation](#beyond-text-generation): detection, ViT, audio, Qwen2-VL, 4-bit weights.",
         "",
         "Strategies: " + ", ".join(f"`{name}`" for name in STRATEGIES) + " (`tools/coverage_models.py`).",
         "",
@@ -399,7 +430,7 @@ def render_page(document: Dict[str, Any]) -> str:
     ]
     cells = [key(cell) for cell in matrix_cells()]
     order = [name for name in cells if name in document["runs"]]
-    order += [name for name in document["runs"] if name not in cells]
+    order += [name for name, _record in _generation(document) if name not in cells]
     for name in order:
         record = document["runs"][name]
         extra = (
@@ -444,6 +475,7 @@ def render_page(document: Dict[str, Any]) -> str:
                 f"{_ops(later['fallbacks'])} | {same} of {len(compared)} | {_not_covered(arch)} |"
             )
         lines.append("")
+    lines += coverage_beyond.page_lines(document)
     return "\n".join(lines)
 
 
@@ -454,6 +486,8 @@ def summary_lines(document: Dict[str, Any]) -> List[str]:
         "|---|---|---|",
     ]
     for name, record in document["runs"].items():
+        if suite_of(record) != "generation":
+            continue
         by_op: Dict[str, List[str]] = {}
         built = [name for name, arch in record["phases"]["before"].items() if not arch["error"]]
         for arch_name, arch in record["phases"]["before"].items():
@@ -467,7 +501,7 @@ def summary_lines(document: Dict[str, Any]) -> List[str]:
         )
         after = sorted({op for arch in record["phases"]["after"].values() for op in arch["fallbacks"]})
         lines.append(f"| {name} | {before} | {_ops(dict.fromkeys(after, 1))} |")
-    return lines
+    return lines + coverage_beyond.summary_lines(document)
 
 
 def _models(names: List[str], built: List[str]) -> str:
@@ -507,6 +541,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runner.add_argument("--strategies", default=",".join(STRATEGIES))
     runner.add_argument("--sample", action="store_true", help="the CI sample (its table, archs, strategies)")
     runner.add_argument("--data", type=Path, default=DATA)
+    runner.add_argument("--suite", choices=sorted(CHILDREN), default="generation", help="what the child runs")
     runner.add_argument(
         "--note",
         action="append",
@@ -521,12 +556,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         table = SAMPLE_TABLE if args.sample else args.table
         if table is None:
             parser.error("run needs --table or --sample")
-        archs = list(SAMPLE_ARCHS) if args.sample else [a for a in args.archs.split(",") if a]
-        strategies = list(SAMPLE_STRATEGIES) if args.sample else [s for s in args.strategies.split(",") if s]
-        unknown = sorted(set(archs) - set(ARCHITECTURES)) + sorted(set(strategies) - set(STRATEGIES))
+        if args.suite == "workloads":  # --archs names workloads here; --strategies is not used
+            archs, strategies = (
+                coverage_beyond.chosen(
+                    None if args.archs == ",".join(ARCHITECTURES) else args.archs, args.sample
+                ),
+                [],
+            )
+            unknown = sorted(set(archs) - set(WORKLOADS))
+        else:
+            archs = list(SAMPLE_ARCHS) if args.sample else [a for a in args.archs.split(",") if a]
+            strategies = (
+                list(SAMPLE_STRATEGIES) if args.sample else [s for s in args.strategies.split(",") if s]
+            )
+            unknown = sorted(set(archs) - set(ARCHITECTURES)) + sorted(set(strategies) - set(STRATEGIES))
         if unknown:
             parser.error(f"unknown architectures or strategies: {', '.join(unknown)}")
-        record = run(args.python, table, archs, strategies, args.data, args.note)
+        record = run(args.python, table, archs, strategies, args.data, args.note, args.suite)
         found = problems(record)
         print(json.dumps({"run": key(record), "seconds": record["seconds"], "problems": found}, indent=1))
         return 1 if found else 0

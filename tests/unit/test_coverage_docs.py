@@ -11,7 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
+import coverage_beyond  # noqa: E402
 import coverage_matrix  # noqa: E402
+from coverage_workloads import WORKLOADS  # noqa: E402
 
 
 def _record(before: dict, after: dict, strategies: dict) -> dict:
@@ -45,9 +47,11 @@ def test_the_data_shows_nothing_after_install():
 def test_the_page_names_every_fallback_of_the_data():
     page = coverage_matrix.PAGE.read_text(encoding="utf-8")
     for record in coverage_matrix.load(coverage_matrix.DATA)["runs"].values():
-        for arch in record["phases"]["before"].values():
-            for op in arch["fallbacks"]:
-                assert f"`{op.split('::')[-1]}`" in page
+        for phase in coverage_matrix.PHASES:
+            for arch in record["phases"][phase].values():
+                for op in arch["fallbacks"]:
+                    # Beyond generation an op outside aten keeps its namespace (`torchvision::nms`).
+                    assert f"`{op.split('::')[-1]}`" in page or coverage_beyond._op(op) in page
 
 
 def test_problems_catch_a_fallback_after_install_and_different_tokens():
@@ -180,3 +184,96 @@ def test_notes_are_kept_across_merges_and_printed_under_the_run(tmp_path):
     assert record["notes"] == ["einops installed", "b"]
     page = coverage_matrix.render_page(coverage_matrix.load(data))
     assert "\nNote: einops installed\n\nNote: b\n" in page
+
+
+# -- the workloads beyond text generation ------------------------------------------------------------
+
+
+def _workloads(table: str, before: dict, after: dict, status: str = "same") -> dict:
+    arch = {"category": "vision", "error": None, "strategies": {"detect": status}}
+    return {
+        **_record({}, {}, {}),
+        "table": table,
+        "suite": "workloads",
+        "torchvision": "0.18.1",
+        "strategies": ["detect"],
+        "phases": {
+            "before": {"faster_rcnn": {**arch, "fallbacks": before}},
+            "after": {"faster_rcnn": {**arch, "fallbacks": after}},
+        },
+    }
+
+
+def test_a_workload_op_without_a_kernel_after_install_is_shown_not_a_problem():
+    fixed = "aten::repeat_interleave.Tensor"
+    assert fixed in coverage_matrix.fixed_ops("2.2.0")
+    assert "torchvision::nms" not in coverage_matrix.fixed_ops("2.2.0")
+    gap = _workloads("2.2.0", {"torchvision::nms": 4, fixed: 1}, {"torchvision::nms": 4})
+    assert coverage_matrix.problems(gap) == []
+    late = _workloads("2.2.0", {fixed: 1}, {fixed: 1})
+    assert coverage_matrix.problems(late) == [f"after install: faster_rcnn: {fixed} fell back"]
+    differs = _workloads("2.2.0", {}, {}, status="differs")
+    assert coverage_matrix.problems(differs) == [
+        "before: faster_rcnn detect: differs",
+        "after: faster_rcnn detect: differs",
+    ]
+    # In generation every fallback after install is a problem, with or without a kernel.
+    generation = _record({}, {"torchvision::nms": 1}, {"greedy_2eos": "same"})
+    assert coverage_matrix.problems(generation) == ["after install: llama: torchvision::nms fell back"]
+
+
+def test_the_page_marks_what_still_falls_back_after_install_per_table(tmp_path):
+    data = tmp_path / "coverage.json"
+    fallbacks = {"torchvision::nms": 4, "aten::repeat_interleave.Tensor": 1}
+    coverage_matrix.merge(data, _workloads("2.2.0", fallbacks, {"torchvision::nms": 4}))
+    coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 3}, {}, {"greedy_2eos": "same"}))
+    document = coverage_matrix.load(data)
+    assert len(document["runs"]) == 2  # the two suites of one table and torch are two runs
+    page = coverage_matrix.render_page(document)
+    assert "# Beyond text generation" in page
+    assert (
+        "| faster_rcnn | vision | `repeat_interleave.Tensor` x1, `torchvision::nms` x4 | "
+        "`torchvision::nms` x4 (no kernel yet) | yes |  |"
+    ) in page
+    assert "| `torchvision::nms` | 2.2.0: faster_rcnn | 2.2.0: faster_rcnn |" in page
+    assert "| `repeat_interleave.Tensor` | 2.2.0: faster_rcnn | none |" in page
+    # The generation matrix neither counts the workloads run as a cell nor lists it as extra.
+    text = coverage_matrix.matrix_text(document)
+    assert text.endswith("follow as extra: table 2.2.0 with torch 2.3.1 and transformers 4.57.6.")
+    assert text.count("table 2.2.0 with torch 2.3.1") == 1
+    summary = coverage_matrix.summary_lines(document)
+    assert summary[-1] == (
+        "| workloads: torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | "
+        "`repeat_interleave.Tensor` (faster_rcnn); `torchvision::nms` (faster_rcnn) | "
+        "`torchvision::nms` (no kernel yet) |"
+    )
+
+
+def test_the_page_names_every_workload_and_the_data_covers_each_table():
+    page = coverage_matrix.PAGE.read_text(encoding="utf-8")
+    runs = coverage_beyond.runs(coverage_matrix.load(coverage_matrix.DATA))
+    assert sorted({record["table"] for record in runs.values()}) == sorted(coverage_beyond.TABLES)
+    for record in runs.values():
+        assert set(record["phases"]["before"]) == set(WORKLOADS), coverage_matrix.key(record)
+    for name in WORKLOADS:
+        assert f"| {name} |" in page
+
+
+def test_torchvision_is_a_test_dependency_pinned_to_the_torch_it_pairs_with():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert not any(d.startswith("torchvision") for d in project["dependencies"])
+    extras = project["optional-dependencies"]
+    pairs = {"2.1.0": "0.16.0", "2.2.0": "0.17.0", "2.3.1": "0.18.1", "2.13.0": "0.28.0"}
+    torch_by_marker = {
+        d.split(";")[1].strip(): d.split(";")[0].split("==")[1]
+        for d in extras["sim"]
+        if d.startswith("torch==")
+    }
+    vision = [d for d in extras["test-vision"] if d.startswith("torchvision")]
+    assert len(vision) == len(pairs)
+    for requirement in vision:
+        pin, marker = (part.strip() for part in requirement.split(";"))
+        assert pin == f"torchvision=={pairs[torch_by_marker[marker]]}", requirement
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    assert "2.3.1: test-vision" in tox
