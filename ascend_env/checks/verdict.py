@@ -170,7 +170,7 @@ def _device_check(report: SmokeReport) -> Check:
             "check the NPU with npu-smi info, or run verify --device sim",
         )
     detail = f"this machine has an NPU ({evidence}), but torch_npu did not start: {error}"
-    if re.match(r"ModuleNotFoundError: No module named '?torch_npu'?$", error):
+    if re.match(r"ModuleNotFoundError: No module named '?torch(_npu)?'?$", error):  # no torch: no torch_npu
         return Check.failed(
             "device",
             f"this machine has an NPU ({evidence}), but torch_npu is not installed in this Python, "

@@ -96,16 +96,16 @@ def ensure_built() -> Path:
     its way root's or this user's and writable by no one else, the cache's own files this user's,
     no symbolic link): else :class:`EnvironmentProblem`.
     """
-    import torch
-
+    directory = build_dir()  # imports torch
+    version = getattr(sys.modules.get("torch"), "__version__", "unknown")
     return buildcache.ensure_built(
         buildcache.Build(
-            directory=build_dir(),
+            directory=directory,
             library=LIBRARY_NAME,
             command=lambda output: compile_command(output),  # looked up late: tests replace it
             owner=_OWNER,
-            what=f"building the simulated NPU's C++ backend for torch {torch.__version__}",
-            note=f"once, half a minute to a minute; later runs reuse it from {build_dir()}",
+            what=f"building the simulated NPU's C++ backend for torch {version}",
+            note=f"once, half a minute to a minute; later runs reuse it from {directory}",
         )
     )
 

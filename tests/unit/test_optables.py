@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
@@ -96,6 +96,7 @@ def test_nothing_alike_suggests_the_newest():
 names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
 
 
+@settings(deadline=None)  # behaviour, not timing: loaded CI machines are slow
 @given(
     st.dictionaries(
         st.from_regex(r"2\.[1-9]\.[0-9](\.post[0-9]{1,2})?", fullmatch=True),

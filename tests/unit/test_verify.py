@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typed_reports import unknown_keys
 
@@ -72,6 +72,7 @@ _names = st.sampled_from([*smoke.SILENCERS, "PATH", "OTHER", smoke.FALLBACK_DISA
 _values = st.text(alphabet="01ERORWNINGinfo ", max_size=6)
 
 
+@settings(deadline=None)  # behaviour, not timing: loaded CI machines are slow
 @given(st.dictionaries(_names, _values), st.booleans(), st.booleans())
 def test_no_environment_leaves_a_silencer_in_the_child(base, simulate, fallback_disable):
     env = verify.child_environment(base, simulate=simulate, fallback_disable=fallback_disable)
@@ -901,6 +902,8 @@ def test_auto_asks_the_machine_before_it_runs_the_smoke_test(npu, monkeypatch):
         assert asked == ["npu"] and reason is None and runs[0].report["npu_machine"] == "/dev/davinci0 exists"
     else:  # no NPU: the simulator, as before
         assert asked[0] == "auto" and reason == "torch_npu is not installed"
+
+
 def test_passing_checks_alike_share_a_line_and_failed_ones_keep_theirs():
     text = verify_text.format_text(judged(good_report()))
     names = [fix.name for fix in registry.FIXES]
