@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 from ascend_env.checks import paths_report
+from ascend_env.checks.emulated_audit import BACKEND, cann_text
 from ascend_env.checks.findings import Findings, describe_exit, plural
 from ascend_env.checks.tables import AFFECTED
 
-__all__ = ["Verdict", "combined_verdict", "exit_code", "format_text", "header", "verdict"]
+__all__ = ["Verdict", "combined_verdict", "exit_code", "format_text", "header", "ran_on", "verdict"]
 
 # How many processes that ended abnormally (or ran unaudited) the text report names.
 _LISTED = 10
@@ -31,10 +32,11 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
     else 0."""
     if findings["errors"]:
         count = len(findings["errors"])
+        what = "the emulated CANN" if _emulated(findings) else "the simulated NPU"
         return Verdict(
             2,
-            "audit error: the simulated NPU could not start in "
-            f"{plural(count, 'process', 'es')}: {findings['errors'][0]}",
+            f"audit error: {what} could not start in {plural(count, 'process', 'es')}: "
+            f"{findings['errors'][0]}",
         )
     causes: List[str] = []
     fixes: List[str] = []
@@ -69,14 +71,48 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         if failing:
             causes.append(paths_report.failing_text(findings["paths"], failing))
             fixes.append(paths_report.fix_line(findings["paths"], failing))
-    release = findings["table"].split(" ", 1)[0]
+    where = ran_on(findings)
+    not_proven = list(findings.get("not_proven") or [])
+    if not_proven and not causes:
+        return Verdict(
+            1,
+            f"audit not proven on {where}: {'; '.join(not_proven)}; fix: {_not_proven_fix(findings)}",
+        )
     if not causes:
         return Verdict(
             0,
-            f"audit passed on torch_npu {release}: nothing fell back to the CPU in "
+            f"audit passed on {where}: nothing fell back to the CPU in "
             f"{plural(findings['processes'], 'audited Python process', 'es')}",
         )
-    return Verdict(1, f"audit failed on torch_npu {release}: {'; '.join(causes)}; fix: {fixes[0]}")
+    if not_proven:
+        causes.append(f"not proven: {not_proven[0]}")
+    return Verdict(1, f"audit failed on {where}: {'; '.join(causes)}; fix: {fixes[0]}")
+
+
+def _emulated(findings: Mapping[str, Any]) -> bool:
+    backend = findings.get("backend")
+    return isinstance(backend, Mapping) and backend.get("kind") == BACKEND
+
+
+def ran_on(findings: Mapping[str, Any]) -> str:
+    """What the audit ran on, as its verdict line names it: "the simulator (torch_npu R's op
+    table)" or "the real torch_npu R binary on the emulated CANN"."""
+    backend = findings.get("backend")
+    if isinstance(backend, Mapping) and backend.get("words"):
+        return str(backend["words"])
+    return f"the simulator (torch_npu {findings['table'].split(' ', 1)[0]}'s op table)"
+
+
+def _not_proven_fix(findings: Mapping[str, Any]) -> str:
+    if findings.get("unimplemented"):
+        return (
+            "the emulated CANN needs these entry points (report them to ascend-env); until then "
+            "audit this command on the simulator (--cann sim)"
+        )
+    return (
+        "audit again with torch_npu's warnings on (RANK=0, no TORCH_NPU_DISABLED_WARNING) and fd 2 "
+        "left to the audit"
+    )
 
 
 def _fallback_fix(fallbacks: Mapping[str, int]) -> str:
@@ -124,6 +160,11 @@ def _rank_key(rank: str) -> Tuple[int, str]:
 
 def header(findings: Mapping[str, Any]) -> str:
     """The report's first line: the table, and why it was chosen where the audit chose it."""
+    if _emulated(findings):
+        return (
+            f"audit: the real torch_npu {findings['table']} binary on the emulated CANN (not a real NPU: "
+            "its fallbacks as the binary's CAUTION lines say)"
+        )
     line = f"audit: torch_npu {findings['table']} op table on the simulated NPU"
     if findings.get("table_chosen") == "oldest":
         line += (
@@ -148,7 +189,8 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
             "still running after the command ended"
         )
     for error in findings["errors"][1:]:
-        lines.append(f"the simulated NPU could not start in one process: {error}")
+        what = "the emulated CANN" if _emulated(findings) else "the simulated NPU"
+        lines.append(f"{what} could not start in one process: {error}")
     per_process = findings.get("per_process", [])
     # The command's own process is the line above; the list is for the others.
     abnormal = [p for p in per_process if p.get("abnormal") and not p.get("is_command")]
@@ -162,6 +204,7 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
     for problem in findings["bad_reports"][:_LISTED]:
         lines.append(f"a report cannot be read: {problem}")
     lines += _fallbacks_text(findings)
+    lines += cann_text(findings) if _emulated(findings) else []
     lines += paths_report.format_text(findings["paths"]) if "paths" in findings else []
     lines.append(verdict(findings, fail_on).line)
     return "\n".join(lines)
@@ -173,7 +216,17 @@ def _fallbacks_text(findings: Findings) -> List[str]:
     per_process = findings.get("per_process", [])
     where = plural(processes, "Python process", "es")
     if not fallbacks:
-        return [f"no op fell back to the CPU ({where})"]
+        said = ": no CAUTION line from the binary" if _emulated(findings) else ""
+        return [f"no op fell back to the CPU ({where}){said}"]
+    if _emulated(findings):
+        lines = [
+            f"{plural(len(fallbacks), 'op')} fell back to the CPU, as the binary's CAUTION lines say "
+            f"({where}):"
+        ]
+        width = max(len(name) for name in fallbacks)
+        for name, count in fallbacks.items():
+            lines.append(f"  {name.ljust(width)}  at least once in {plural(count, 'process', 'es')}")
+        return lines
     lines = [f"{plural(len(fallbacks), 'op')} fell back to the CPU ({where}):"]
     width = max(len(name) for name in fallbacks)
     count_width = max(len(str(count)) for count in fallbacks.values())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import signal
-from typing import Dict, List, NamedTuple, Optional, Sequence, TypedDict
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, TypedDict
 
 from ascend_env.checks import paths_report
 from ascend_env.exceptions import EnvironmentProblem
@@ -152,10 +152,19 @@ class _Findings(TypedDict):
 
 class Findings(_Findings, total=False):
     """What :func:`ascend_env.checks.audit.run` found, in the order ``--json`` writes it; ``soc``
-    and ``paths`` only with the dispatch-path model (``ascend_env.checks.paths_report.summarize``)."""
+    and ``paths`` only with the dispatch-path model (``ascend_env.checks.paths_report.summarize``);
+    ``backend`` says what ran (the simulator where it is missing)."""
 
     soc: Optional[paths_report.SocChoice]
     paths: paths_report.PathsSummary
+    # On the emulated CANN (ascend_env.checks.emulated_audit.judge): what ran, how fallbacks are
+    # counted ("processes": CAUTION lines), what keeps the run from proving anything, the entry
+    # points the emulated CANN lacks that were called, and its counters over every process.
+    backend: Dict[str, Any]
+    fallbacks_counted: str
+    not_proven: List[str]
+    unimplemented: List[str]
+    cann: Dict[str, Dict[str, int]]
 
 
 def findings_from(

@@ -96,6 +96,7 @@ def supervise(
     timeout: Optional[float] = None,
     stdout: Output = None,
     reported: Callable[[], Set[int]] = _nothing_reported,
+    stderr: Output = None,
 ) -> Supervised:
     """Run ``command`` with ``env`` (which names ``scratch`` as ``scratch_variable``); stop it after
     ``timeout`` seconds and on SIGINT/SIGTERM; stop what it leaves behind.
@@ -103,7 +104,7 @@ def supervise(
     ``reported()`` gives the pids known to report for themselves (their program is not read
     again). Raises :class:`NotStarted` if the command cannot start, :class:`Interrupted` on a
     signal (after stopping the tree). ``scratch`` is removed only by the watchdog, if this
-    process dies.
+    process dies. ``stderr``: where the command's standard error goes (default: this process's).
     """
     signals = _Signals()
     was_subreaper = proctree.child_subreaper(True)
@@ -117,6 +118,7 @@ def supervise(
                         env=dict(env),
                         start_new_session=True,
                         stdout=stdout,
+                        stderr=stderr,
                         preexec_fn=proctree.death_signal(),
                     )
                 except OSError as exc:
