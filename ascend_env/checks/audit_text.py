@@ -162,8 +162,8 @@ def header(findings: Mapping[str, Any]) -> str:
     """The report's first line: the table, and why it was chosen where the audit chose it."""
     if _emulated(findings):
         return (
-            f"audit: the real torch_npu {findings['table']} binary on the emulated CANN (not a real NPU: "
-            "its fallbacks as the binary's CAUTION lines say)"
+            f"audit: the real torch_npu binary on the emulated CANN, not a real NPU: torch_npu "
+            f"{findings['table']}"
         )
     line = f"audit: torch_npu {findings['table']} op table on the simulated NPU"
     if findings.get("table_chosen") == "oldest":

@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torch-npu",
         metavar="VERSION",
-        help="the torch_npu release whose op table to simulate; several, comma-separated, run the command "
+        help="the torch_npu release whose op table to simulate (with --cann emulated: whose real wheel "
+        "to run); several, comma-separated, run the command "
         f"once each; '{tables.AFFECTED}' runs each release that lacks an NPU isin (2.1.0.post3 to "
         "2.1.0.post6, 2.2.x, 2.3.1). Default: the installed torch_npu's own op lists, else the oldest "
         "known release",
