@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import _audited, sim
-from ascend_env.checks.findings import Findings
+from ascend_env.checks.findings import Findings, plural
 from ascend_env.checks.torch_npu_wheel import Choice
 from ascend_env.checks.verdict import fallback_lines
 from ascend_env.sim import emulated, startup
@@ -128,9 +128,10 @@ def cann_text(findings: Mapping[str, Any]) -> List[str]:
     aclop = cann.get("aclop") or {}
     if aclnn or aclop:
         lines.append(
-            f"the binary ran {sum(aclnn.values())} aclnn kernel calls ({len(aclnn)} kernels) and "
-            f"{sum(aclop.values())} aclopCompileAndExecute calls ({len(aclop)} op types: online "
-            "compiles on a real NPU) on the emulated CANN"
+            f"the binary ran {plural(sum(aclnn.values()), 'aclnn kernel call')} "
+            f"({plural(len(aclnn), 'kernel')}) and "
+            f"{plural(sum(aclop.values()), 'aclopCompileAndExecute call')} "
+            f"({plural(len(aclop), 'op type')}: online compiles on a real NPU) on the emulated CANN"
         )
     for name in findings.get("unimplemented") or []:
         lines.append(f"the emulated CANN does not implement {name}: the run is not proven")

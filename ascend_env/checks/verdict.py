@@ -513,9 +513,11 @@ def _unimplemented(runs: Sequence[Smoke]) -> List[str]:
 
     found: List[str] = []
     for smoke in runs:
-        names = emulated.unimplemented(smoke.report.get("emulated_cann") or {})
-        names += emulated.unimplemented_in(smoke.stderr)
-        found += [name for name in names if name not in found]
+        for name in emulated.unimplemented(
+            smoke.report.get("emulated_cann") or {}
+        ) + emulated.unimplemented_in(smoke.stderr):
+            if name not in found:
+                found.append(name)
     return found
 
 
