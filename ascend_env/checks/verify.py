@@ -291,15 +291,15 @@ def _without_npu(options: Options, environ: Mapping[str, str], reason: str) -> T
     real binary on the emulated CANN where this ascend-env ships it and it starts, else the simulator."""
     from ascend_env.sim import emulated
 
-    why_not = emulated.available()
-    if why_not is None:
+    if emulated.available() is None:
         env = child_environment(environ, simulate=True, fallback_disable=True)
         smoke = run_smoke(options, "emulated", STEPS, env)
         if "device_error" not in smoke.report:
             return smoke, reason + ": the real binary ran on the emulated CANN"
         why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
+        reason += f"; the emulated CANN could not run it ({why_not})"
     smoke = run_smoke(options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True))
-    return smoke, f"{reason}; the emulated CANN could not run it ({why_not})"
+    return smoke, reason
 
 
 def _chosen_device(options: Options) -> Tuple[str, Optional[str]]:

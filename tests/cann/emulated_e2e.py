@@ -16,7 +16,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -51,38 +51,65 @@ def _torch() -> Optional[str]:
         return None
 
 
-def fitting_wheel() -> Path:
-    """The torch_npu wheel for this Python and torch (the newest post release), else skip, saying why."""
+def _why_not() -> Optional[str]:
+    """Why the real binary cannot run on the emulated CANN here; None where it can."""
     from ascend_env.sim import emulated
 
     why = emulated.available()
     if why is not None:
-        pytest.skip(f"the emulated CANN cannot run: {why}")
-    torch = _torch()
-    if torch is None:
-        pytest.skip("torch is not installed: the real torch_npu needs the torch it is built for")
-    directory = os.environ.get(WHEELS)
-    if not directory:
-        pytest.skip(
-            f"${WHEELS} names no directory of torch_npu wheels (e.g. torch_npu 2.1.0.post6's cp38 wheel)"
-        )
+        return f"the emulated CANN cannot run: {why}"
+    if _torch() is None:
+        return "torch is not installed: the real torch_npu needs the torch it is built for"
+    if not os.environ.get(WHEELS):
+        return f"${WHEELS} names no directory of torch_npu wheels (e.g. torch_npu 2.1.0.post6's cp38 wheel)"
     if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")):
-        pytest.skip("no C++ compiler: the emulated CANN is built on first use")
+        return "no C++ compiler: the emulated CANN is built on first use"
+    return None
+
+
+def fitting_wheels() -> List[Path]:
+    """Every torch_npu wheel in ``$ASCEND_ENV_TORCH_NPU_WHEELS`` for this Python and torch, oldest first."""
+    if _why_not() is not None:
+        return []
     from ascend_env.checks import torch_npu_wheel
 
     found: List[Path] = []
-    for path in sorted(Path(directory).glob("torch_npu-*.whl")):
+    for path in sorted(Path(os.environ[WHEELS]).glob("torch_npu-*.whl")):
         release, tags = torch_npu_wheel.parse_wheel_name(path.name)
-        if TAG in tags and torch_npu_wheel.needed_torch(release) == torch:
+        if TAG in tags and torch_npu_wheel.needed_torch(release) == _torch():
             found.append(path)
+    return found
+
+
+def wheel_params() -> List[Any]:
+    """``pytest.param`` per fitting wheel (its release as the id), or one that skips, saying why."""
+    why = _why_not() or f"no torch_npu wheel in ${WHEELS} for {TAG} and torch {_torch()}"
+    found = fitting_wheels()
     if not found:
-        pytest.skip(f"no torch_npu wheel in {directory} for {TAG} and torch {torch}")
-    return found[-1]
+        return [pytest.param(None, marks=pytest.mark.skip(reason=why), id="no-wheel")]
+    return [pytest.param(path, id=path.name.split("-")[1]) for path in found]
+
+
+def fitting_wheel() -> Path:
+    """The newest fitting wheel without a native isin (the seed script's case), else the newest;
+    skip, saying why, where there is none."""
+    found = fitting_wheels()
+    if not found:
+        pytest.skip(_why_not() or f"no torch_npu wheel in ${WHEELS} for {TAG} and torch {_torch()}")
+    lacking = [path for path in found if lacks_isin(path.name.split("-")[1])]
+    return (lacking or found)[-1]
+
+
+def lacks_isin(release: str) -> bool:
+    """Whether torch_npu ``release`` has no NPU kernel for isin.Tensor_Tensor_out (the registry's word)."""
+    from ascend_env.kernels.registry import FIXES
+
+    return any(fix.op == "isin.Tensor_Tensor_out" and fix.needed_by(release) for fix in FIXES)
 
 
 def misfit_wheel() -> Path:
     """A torch_npu wheel in the directory that does not fit this Python (another cpXY), else skip."""
-    fitting_wheel()
+    fitting_wheel()  # skips where nothing can run
     for path in sorted(Path(os.environ[WHEELS]).glob("torch_npu-*.whl")):
         if f"-{TAG}-" not in path.name:
             return path
