@@ -131,7 +131,7 @@ def test_the_diagram_covers_install_verify_and_audit():
 # may use them; any other (cli.py, __main__.py and the shims kept at old paths: _watch.py,
 # _audited.py, ops.py, runtime.py, smoke.py) stands for what it imports, so that an import of
 # ``_audited.py`` from ``checks/`` counts as imports of ``sim/`` and ``utils/``.
-LEVELS = ("utils", "kernels", "detect", "patching", "hook", "sim", "checks", "commands")
+LEVELS = ("utils", "kernels", "detect", "patching", "hook", "cann", "sim", "checks", "commands")
 BASE = ("__init__.py", "exceptions.py", "output.py", "states.py", "origin.py")
 # Upward arrows that stay, (importer, imported module) -> why; at most two. None today.
 UPWARD_ALLOWED: Dict[Tuple[str, str], str] = {}

@@ -1,0 +1,99 @@
+"""Run under ``python -m ascend_env.cann --soc SOC`` by test_emulated_cann.py: the real torch_npu on
+the emulated CANN against the CPU. Prints one JSON document on stdout: per check, whether the NPU
+result equals the CPU's, and the emulated CANN's counters each check added (``delta``); for the
+Llama, the counters of each decoding step too."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List
+
+import torch
+import torch_npu  # noqa: F401  (the real binary, on the emulated CANN)
+
+from ascend_env.cann import runtime
+from ascend_env.checks.smoke import GENERATE_OPTIONS, PROMPT, tiny_llama
+
+
+def counters() -> Dict[str, Dict[str, int]]:
+    return {kind: dict(names) for kind, names in runtime.report()["counters"].items()}
+
+
+def delta(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, int]]) -> Dict[str, Dict[str, int]]:
+    out: Dict[str, Dict[str, int]] = {}
+    for kind, names in after.items():
+        changed = {n: c - before.get(kind, {}).get(n, 0) for n, c in names.items()}
+        changed = {n: c for n, c in changed.items() if c}
+        if changed:
+            out[kind] = changed
+    return out
+
+
+def mlp_step(device: str) -> Any:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(5, 8).to(device)
+    y = torch.tensor([0, 1, 2, 3, 1]).to(device)
+    loss = torch.nn.functional.nll_loss(torch.log_softmax(model(x), dim=1), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return (
+        [loss.detach().cpu()]
+        + [p.grad.cpu() for p in model.parameters()]
+        + [p.detach().cpu() for p in model.parameters()]
+    )
+
+
+def main() -> None:
+    result: Dict[str, Any] = {}
+    torch.npu.set_device(0)
+    result["jit_compile"] = torch_npu.npu.is_jit_compile_false() is False
+
+    elements, tests = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([2, 4, 9])
+    before = counters()
+    first = torch.isin(elements.npu(), tests.npu()).cpu()
+    second = torch.isin(elements.npu(), tests.npu(), invert=True).cpu()
+    result["isin"] = {
+        "equal": torch.equal(first, torch.isin(elements, tests))
+        and torch.equal(second, torch.isin(elements, tests, invert=True)),
+        "delta": delta(before, counters()),
+    }
+
+    before = counters()
+    cpu, npu = mlp_step("cpu"), mlp_step("npu")
+    result["mlp"] = {
+        "loss": [float(cpu[0]), float(npu[0])],
+        "equal": all(torch.allclose(a, b, atol=1e-6) for a, b in zip(cpu, npu)),
+        "delta": delta(before, counters()),
+    }
+
+    model = tiny_llama()
+    ids = torch.tensor(PROMPT)
+    steps: List[Dict[str, Dict[str, int]]] = []
+
+    def snapshot(input_ids: Any, scores: Any) -> Any:
+        steps.append(counters())
+        return scores
+
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), **GENERATE_OPTIONS)
+        on_npu = ids.npu()
+        before = counters()
+        got = model.npu().generate(
+            on_npu, attention_mask=torch.ones_like(on_npu), logits_processor=[snapshot], **GENERATE_OPTIONS
+        )
+    result["llama"] = {
+        "tokens": got.cpu().tolist(),
+        "expected": expected.tolist(),
+        "equal": torch.equal(got.cpu(), expected),
+        "delta": delta(before, counters()),
+        "steps": [delta(a, b) for a, b in zip(steps, steps[1:])],
+    }
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+main()
