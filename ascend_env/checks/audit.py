@@ -174,7 +174,8 @@ def _run_emulated(
         reports = process_reports.read_reports(scratch)
     finally:
         _remove(scratch)
-    findings = findings_from(choice.label, command, outcome, reports.good, reports.bad, choice.source)
+    where = "the real torch_npu on the emulated CANN"
+    findings = findings_from(choice.label, command, outcome, reports.good, reports.bad, choice.source, where)
     return emulated_audit.judge(findings, choice, fd2, copy.identity, reports.good)
 
 

@@ -174,11 +174,13 @@ def findings_from(
     reports: Sequence[ProcessReport],
     bad_reports: Sequence[str] = (),
     chosen: str = "given",
+    where: str = "the simulated NPU",
 ) -> Findings:
     """The audit's findings from the command's outcome and its processes' reports.
 
-    Raises EnvironmentProblem where nothing ran on the simulator: no Python process imported torch
-    (or none reported), none ran unaudited, and the command did not time out.
+    Raises EnvironmentProblem where nothing ran on the simulator (``where``: on the emulated CANN,
+    its words): no Python process imported torch (or none reported), none ran unaudited, and the
+    command did not time out.
     """
     audited = [r for r in reports if "unaudited" not in r]
     unaudited = list(outcome.unaudited) + [
@@ -194,11 +196,13 @@ def findings_from(
             if audited
             else "no Python process reported"
         )
+        emulated = where != "the simulated NPU"
+        seen = seen.replace("imported torch", "imported torch_npu") if emulated else seen
+        once = "torch_npu" if emulated else "torch"
         raise EnvironmentProblem(
-            "no Python process of the command ran on the simulated NPU, so nothing was audited "
-            f"(the command {outcome.ended()}): {seen}; a Python process runs on the simulator once it "
-            "imports torch.",
-            "run a Python command whose Python has torch and ascend-env, e.g. -- python my_script.py",
+            f"no Python process of the command ran on {where}, so nothing was audited "
+            f"(the command {outcome.ended()}): {seen}; a Python process runs there once it imports {once}.",
+            f"run a Python command whose Python has {once} and ascend-env, e.g. -- python my_script.py",
         )
     per_process = [_process_findings(report, outcome) for report in audited if "error" not in report]
     totals: collections.Counter[str] = collections.Counter()

@@ -157,3 +157,24 @@ def test_the_adapter_reads_the_emulated_cann_lines_and_counters():
     ]
     assert emulated.unimplemented({"counters": {"unimplemented": {"b": 1, "a": 2}}}) == ["a", "b"]
     assert emulated.unimplemented({}) == [] and emulated.report() == {}
+
+
+def test_a_command_where_nothing_imported_torch_npu_audited_nothing():
+    import pytest
+
+    from ascend_env.exceptions import EnvironmentProblem
+
+    plain = report(10, {}, DONE)
+    plain["torch"] = False
+    with pytest.raises(EnvironmentProblem) as nothing:
+        findings_from(
+            CHOICE.label, ["true"], Outcome(10, 0), [plain], where="the real torch_npu on the emulated CANN"
+        )
+    assert nothing.value.problem.startswith(
+        "no Python process of the command ran on the real torch_npu on the emulated CANN, so nothing "
+        "was audited"
+    )
+    assert (
+        "none imported torch_npu; a Python process runs there once it imports torch_npu."
+        in nothing.value.problem
+    )
