@@ -288,16 +288,25 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
 
 def _without_npu(options: Options, environ: Mapping[str, str], reason: str) -> Tuple[Smoke, str]:
     """The first smoke test again on a machine without an NPU where torch_npu did not start: the
-    real binary on the emulated CANN where this ascend-env ships it and it starts, else the simulator."""
+    real binary on the emulated CANN where this ascend-env ships it, it starts and every entry point
+    the binary calls is emulated; else the simulator, and the reason says why."""
     from ascend_env.sim import emulated
 
     if emulated.available() is None:
         env = child_environment(environ, simulate=True, fallback_disable=True)
         smoke = run_smoke(options, "emulated", STEPS, env)
-        if "device_error" not in smoke.report:
+        missing = emulated.unimplemented(smoke.report.get("emulated_cann") or {})
+        missing += [name for name in emulated.unimplemented_in(smoke.stderr) if name not in missing]
+        if "device_error" not in smoke.report and not missing:
             return smoke, reason + ": the real binary ran on the emulated CANN"
-        why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
-        reason += f"; the emulated CANN could not run it ({why_not})"
+        if missing:  # not proven there: the automatic choice takes the next best, and says why
+            reason += (
+                f"; the real binary on the emulated CANN proved nothing (it called {', '.join(missing)}, "
+                "which the emulated CANN does not implement: verify --cann emulated shows that run)"
+            )
+        else:
+            why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
+            reason += f"; the emulated CANN could not run it ({why_not})"
     smoke = run_smoke(options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True))
     return smoke, reason
 
