@@ -173,6 +173,7 @@ def _run_emulated(
         )
         reports = process_reports.read_reports(scratch)
     finally:
+        copy.finish()
         _remove(scratch)
     where = "the real torch_npu on the emulated CANN"
     findings = findings_from(choice.label, command, outcome, reports.good, reports.bad, choice.source, where)
