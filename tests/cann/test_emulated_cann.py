@@ -141,12 +141,18 @@ def test_a_generated_stub_fails_loudly_naming_itself(cache: str, tmp_path: Path)
         "lib = ctypes.CDLL('libhccl.so')\n"
         "code = lib.HcclGetRootInfo(None)\n"
         "lib.aclGetRecentErrMsg.restype = ctypes.c_char_p\n"
-        "print(json.dumps([code, lib.aclGetRecentErrMsg().decode(), runtime.report()['counters']]))\n",
+        "import os\n"
+        "message = lib.aclGetRecentErrMsg().decode()\n"
+        "print(json.dumps([code, message, runtime.report()['counters'], os.getpid()]))\n",
         encoding="utf-8",
     )
-    result = run([str(script)], {"ASCEND_ENV_CACHE_DIR": cache})
+    at_exit = tmp_path / "report-%p.json"
+    result = run([str(script)], {"ASCEND_ENV_CACHE_DIR": cache, "ASCEND_ENV_CANN_REPORT": str(at_exit)})
     assert result.returncode == 0, result.stderr[-3000:]
-    code, message, counters = json.loads(result.stdout.strip().splitlines()[-1])
+    code, message, counters, pid = json.loads(result.stdout.strip().splitlines()[-1])
+    # the report written at exit, one file per process ("%p": the process id)
+    written = json.loads((tmp_path / f"report-{pid}.json").read_text(encoding="utf-8"))
+    assert written["counters"]["unimplemented"] == {"HcclGetRootInfo": 1}
     assert code != 0
     assert message == "ascend-env emulated CANN: HcclGetRootInfo is not implemented"
     assert result.stderr.count(message) == 1
