@@ -81,6 +81,15 @@ def test_isin_runs_the_binarys_own_cpu_fallback_once(scenario: Dict[str, Any]) -
     assert "unimplemented" not in scenario["isin"]["delta"]
 
 
+def test_a_floating_argument_is_decoded(scenario: Dict[str, Any]) -> None:
+    layer_norm = scenario["layer_norm"]
+    assert layer_norm["equal"] is True
+    if aclnn_path(scenario):
+        assert layer_norm["delta"]["aclnn"] == {"aclnnLayerNorm": 1}
+    else:
+        assert layer_norm["delta"]["aclop"] == {"LayerNorm": 1}
+
+
 def test_mlp_training_step_equals_the_cpu(scenario: Dict[str, Any]) -> None:
     mlp = scenario["mlp"]
     assert mlp["equal"] is True and mlp["loss"][0] == pytest.approx(mlp["loss"][1], abs=1e-6)
