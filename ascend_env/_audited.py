@@ -16,6 +16,10 @@ plus :mod:`ascend_env.utils.importhooks`. It
   :mod:`ascend_env.sim.startup` counts;
 - keeps the report up to date until the process ends (see :class:`Reporter`).
 
+Audited on the emulated CANN (``$ASCEND_ENV_AUDIT_CANN=emulated``) it runs no simulator: the
+real torch_npu is imported, and :class:`_EmulatedCann` puts ``ascend_env.sim.emulated`` under it
+first; the last report adds that module's facts (its counters, where fd 2 went).
+
 The audit passes its choices in the environment (:data:`REPORTS` here, the table's in
 :mod:`ascend_env.sim.startup`). Each process's report (an ``ascend_env.sim.reports.ProcessReport``),
 ``<pid>-<start>-<generation>-<random>.json`` in ``$ASCEND_ENV_AUDIT_REPORTS`` (its process
@@ -60,7 +64,9 @@ if TYPE_CHECKING:
     Extra = Callable[[], LastFacts]
 
 __all__ = [
+    "CANN",
     "EXEC",
+    "LABEL",
     "POLL_SECONDS",
     "REPORTS",
     "Reporter",
@@ -73,6 +79,10 @@ __all__ = [
 
 #: Where each audited process writes its report: the audit's report directory.
 REPORTS = "ASCEND_ENV_AUDIT_REPORTS"
+#: ``emulated``: the command runs the real torch_npu on the emulated CANN, not the simulator
+#: (``ascend_env.sim.emulated.CANN_VARIABLE``); LABEL names the torch_npu for the report.
+CANN = "ASCEND_ENV_AUDIT_CANN"
+LABEL = "ASCEND_ENV_AUDIT_LABEL"
 
 #: The exec generation of a process image (``<pid>-<start>-<generation>``): set for the program
 #: that an audited image ``exec``s, which keeps its pid (read as
@@ -482,13 +492,17 @@ def _add_simulated_torch_npu() -> None:
 
 
 def start_from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[Reporter]:
-    """Report this process to the audit, and run the simulator here once torch has executed."""
+    """Report this process to the audit, and run the simulator here once torch has executed (or,
+    audited on the emulated CANN, the real torch_npu on it once torch_npu is looked for)."""
     environ = os.environ if environ is None else environ
     reports = environ.get(REPORTS)
     if not reports:
         return None
     # The light report: no thread until torch runs the simulator (or this process forks).
     reporter = install(reports, _no_counts, None, poll=False)
+    if environ.get(CANN) == "emulated":
+        _add_emulated_cann(environ.get(LABEL))
+        return reporter
     _add_simulated_torch_npu()
     from ascend_env.utils.importhooks import ImportWatcher
 
@@ -518,6 +532,48 @@ def _torch_executed(environ: Mapping[str, str]) -> None:
     except Exception as exc:  # noqa: BLE001 - the audit reports it (and fails with it)
         reporter.error = f"{type(exc).__name__}: {exc}"
         reporter.write(force=True)
+
+
+class _EmulatedCann:
+    """A meta path finder, first on ``sys.meta_path``, that puts the emulated CANN under the real
+    torch_npu the first time anything looks for it (a ``find_spec`` probe or the import), before
+    its module exists: ``ascend_env.sim.emulated.enable`` loads the libraries torch_npu links. It
+    finds nothing itself; the real torch_npu is found where it is installed (or where the audit
+    unpacked the wheel, first on ``PYTHONPATH``)."""
+
+    def __init__(self, label: Optional[str]) -> None:
+        self.label = label
+        self.busy = False
+
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None
+    ) -> Optional[ModuleSpec]:
+        if fullname != "torch_npu" or self.busy or "torch_npu" in sys.modules:
+            return None
+        reporter = current()
+        if reporter is None or reporter.torch or reporter.error is not None:
+            return None
+        self.busy = True
+        try:
+            from ascend_env.sim import emulated
+
+            emulated.enable()
+            with reporter.lock:
+                reporter.table = self.label
+                reporter.torch = True
+                reporter.extra = emulated.last_facts
+            reporter.write(force=True)
+        except Exception as exc:  # noqa: BLE001 - the audit reports it (and fails with it)
+            reporter.error = f"{type(exc).__name__}: {exc}"
+            reporter.write(force=True)
+        finally:
+            self.busy = False
+        return None
+
+
+def _add_emulated_cann(label: Optional[str]) -> None:
+    if not any(isinstance(finder, _EmulatedCann) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _EmulatedCann(label))
 
 
 # ------------------------------------------------------------------------------- writing

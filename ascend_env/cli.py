@@ -41,7 +41,8 @@ COMMANDS: Dict[str, str] = {
     "restore": "Put back the original transformers files and remove the startup hook.",
     "status": "Show what is applied, whether it drifted, and what the startup hook did.",
     "verify": "Run a smoke test in a fresh process; fail on any isin fallback to the CPU.",
-    "audit": "Run a command on the simulated NPU and list every op that fell back to the CPU.",
+    "audit": "Run a command on the simulated NPU (or the real torch_npu on the emulated CANN) and list "
+    "every op that fell back to the CPU.",
     "patch-wheel": "Write a patched copy of a transformers wheel for an internal index.",
 }
 
@@ -50,8 +51,8 @@ ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
     ("ASCEND_ENV_SOC", "the Ascend SoC (910A, 910B, 310P, ...); default: what npu-smi info says"),
     (
         "ASCEND_ENV_CACHE_DIR",
-        "where the simulated NPU's C++ backend is built once (default: "
-        "$XDG_CACHE_HOME/ascend-env, else ~/.cache/ascend-env)",
+        "where the simulated NPU's C++ backend and the emulated CANN are built once, and torch_npu "
+        "wheels unpacked (default: $XDG_CACHE_HOME/ascend-env, else ~/.cache/ascend-env)",
     ),
     ("ASCEND_ENV_COMPILE_GUARD", "0: the startup hook leaves torch_npu's compile mode alone"),
     ("ASCEND_ENV_DISABLE", "1: the startup hook does nothing in this process"),
@@ -62,7 +63,11 @@ ENVIRONMENT: Tuple[Tuple[str, str], ...] = (
         "the CANN toolkit where ASCEND_HOME_PATH is unset (set by CANN's set_env.sh too); its binary "
         "kernels decide the compile-mode guard",
     ),
-    ("CXX", "the C++ compiler that builds the simulated NPU's backend (default: c++, g++, clang++)"),
+    (
+        "CXX",
+        "the C++ compiler that builds the simulated NPU's backend and the emulated CANN (default: "
+        "c++, g++, clang++)",
+    ),
     ("NO_COLOR", "set: no dimmed progress lines on a terminal"),
 )
 

@@ -27,11 +27,11 @@ from typing import List, Optional, Sequence, Union
 
 import ascend_env.sim.paths
 from ascend_env import _audited, sim
-from ascend_env.checks import paths_report, process_reports, tables
+from ascend_env.checks import emulated_audit, paths_report, process_reports, tables, torch_npu_wheel
 from ascend_env.checks.findings import Findings, Outcome, Unaudited, findings_from
 from ascend_env.exceptions import UsageError
-from ascend_env.sim import compile_mode
-from ascend_env.utils import proctree, supervise
+from ascend_env.sim import compile_mode, emulated
+from ascend_env.utils import proctree, supervise, tee
 
 __all__ = ["SCHEMA", "SCRATCH_PREFIX", "remove_stale_scratch", "run", "unaudited_reason"]
 
@@ -53,6 +53,8 @@ def run(
     soc: Optional[str] = None,
     paths: bool = False,
     stdout: supervise.Output = None,
+    cann: str = emulated.CANN_SIM,
+    wheel: Optional[Path] = None,
 ) -> Findings:
     """Run ``command`` on the simulated NPU and return the audit's findings
     (:func:`ascend_env.checks.findings.findings_from`).
@@ -68,9 +70,19 @@ def run(
     this process stops them as well, removes the reports and raises
     :class:`ascend_env.utils.supervise.Interrupted`. With ``paths``, also ``soc`` and ``paths``
     (:func:`ascend_env.checks.paths_report.summarize`). ``stdout``: where the command's standard
-    output goes, a file or a descriptor (default: this process's).
+    output goes, a file or a descriptor (default: this process's). ``cann``: ``emulated`` runs
+    the real torch_npu on the emulated CANN instead of the simulator (``torch_npu``: the release
+    whose wheel pip fetches, ``wheel``: a wheel file; neither: the installed torch_npu), judged by
+    :func:`ascend_env.checks.emulated_audit.judge`.
     """
     _check_arguments(command, timeout)
+    if cann == emulated.CANN_EMULATED:
+        if paths:
+            raise UsageError(
+                "--paths models the simulator's dispatch paths; it does not run with --cann emulated yet.",
+                "drop --paths, or audit on the simulator (--cann sim)",
+            )
+        return _run_emulated(command, torch_npu, wheel, timeout, soc, stdout)
     table = tables.choose_table(torch_npu)
     chosen_soc = paths_report.choose_soc(soc) if paths or soc else None
     remove_stale_scratch()
@@ -117,6 +129,56 @@ def run(
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             findings["bad_reports"].append(f"the dispatch-path model's findings cannot be read ({exc!r})")
     return findings
+
+
+def _run_emulated(
+    command: Sequence[str],
+    torch_npu: Optional[str],
+    wheel: Optional[Path],
+    timeout: Optional[float],
+    soc: Optional[str],
+    stdout: supervise.Output,
+) -> Findings:
+    """:func:`run` on the emulated CANN: the torch_npu chosen and checked to fit before anything
+    runs, the command's fd 2 read as it is copied through."""
+    choice = torch_npu_wheel.choose(torch_npu, wheel)
+    soc_name = paths_report.choose_soc(soc)["name"] if soc else None
+    remove_stale_scratch()
+    scratch = _make_scratch()
+    fd2 = emulated_audit.Fd2()
+    copy = tee.Tee(fd2.line)
+    try:
+        env = emulated_audit.environment(choice, scratch, soc_name)
+        try:
+            supervised = supervise.supervise(
+                command,
+                env,
+                scratch,
+                _audited.REPORTS,
+                timeout,
+                stdout,
+                lambda: process_reports.reported_pids(scratch),
+                stderr=copy.fd,
+            )
+        except supervise.NotStarted as exc:
+            raise UsageError(f"{exc}.", "check the command after '--'") from None
+        finally:
+            copy.finish()
+        outcome = Outcome(
+            supervised.pid,
+            supervised.returncode,
+            timeout,
+            supervised.timed_out,
+            supervised.stopped,
+            _unaudited(supervised.tree, scratch),
+        )
+        reports = process_reports.read_reports(scratch)
+    finally:
+        copy.finish()
+        _remove(scratch)
+    where = "the real torch_npu on the emulated CANN"
+    findings = findings_from(choice.label, command, outcome, reports.good, reports.bad, choice.source, where)
+    return emulated_audit.judge(findings, choice, fd2, copy.identity, reports.good)
 
 
 def _check_arguments(command: Sequence[str], timeout: Optional[float]) -> None:

@@ -10,6 +10,7 @@ from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 from ascend_env import origin
 from ascend_env.checks import paths_report
+from ascend_env.checks.emulated_audit import BACKEND, cann_text
 from ascend_env.checks.findings import Findings, Unaudited, describe_exit, plural
 from ascend_env.checks.tables import AFFECTED
 
@@ -19,6 +20,7 @@ __all__ = [
     "exit_code",
     "format_text",
     "header",
+    "ran_on",
     "unaudited_fix",
     "verdict",
 ]
@@ -43,10 +45,11 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
     so where audit had to stop a process."""
     if findings["errors"]:
         count = len(findings["errors"])
+        what = "the emulated CANN" if _emulated(findings) else "the simulated NPU"
         return Verdict(
             2,
-            "audit error: the simulated NPU could not start in "
-            f"{plural(count, 'process', 'es')}: {findings['errors'][0]}",
+            f"audit error: {what} could not start in {plural(count, 'process', 'es')}: "
+            f"{findings['errors'][0]}",
         )
     causes: List[str] = []
     fixes: List[str] = []
@@ -85,20 +88,52 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
     if stopped and "stopped" in fail_on:
         causes.append(f"{left} (what they did after that is not audited)")
         fixes.append("let the command wait for every process it starts (or stop its daemons) before it ends")
-    release = findings["table"].split(" ", 1)[0]
+    where = ran_on(findings)
+    not_proven = list(findings.get("not_proven") or [])
+    if not_proven and not causes:
+        return Verdict(
+            1,
+            f"audit not proven on {where}: {'; '.join(not_proven)}; fix: {_not_proven_fix(findings)}",
+        )
     if not causes:
         processes = plural(findings["processes"], "audited Python process", "es")
         if tuple(fail_on) == ("fallbacks",):
-            line = f"audit passed on torch_npu {release}: nothing fell back to the CPU in {processes}"
+            line = f"audit passed on {where}: nothing fell back to the CPU in {processes}"
         else:
             found = "; ".join(_NONE_FOUND[name] for name in fail_on if name in _NONE_FOUND)
-            line = (
-                f"audit passed on torch_npu {release} (--fail-on {','.join(fail_on)}): {found} in {processes}"
-            )
+            line = f"audit passed on {where} (--fail-on {','.join(fail_on)}): {found} in {processes}"
         if stopped:
             line += f", but {left}: what they would have done later is not audited (--fail-on stopped fails)"
         return Verdict(0, line)
-    return Verdict(1, f"audit failed on torch_npu {release}: {'; '.join(causes)}; fix: {fixes[0]}")
+    if not_proven:
+        causes.append(f"not proven: {not_proven[0]}")
+    return Verdict(1, f"audit failed on {where}: {'; '.join(causes)}; fix: {fixes[0]}")
+
+
+def _emulated(findings: Mapping[str, Any]) -> bool:
+    backend = findings.get("backend")
+    return isinstance(backend, Mapping) and backend.get("kind") == BACKEND
+
+
+def ran_on(findings: Mapping[str, Any]) -> str:
+    """What the audit ran on, as its verdict line names it: "the simulator (torch_npu R's op
+    table)" or "the real torch_npu R binary on the emulated CANN"."""
+    backend = findings.get("backend")
+    if isinstance(backend, Mapping) and backend.get("words"):
+        return str(backend["words"])
+    return f"the simulator (torch_npu {findings['table'].split(' ', 1)[0]}'s op table)"
+
+
+def _not_proven_fix(findings: Mapping[str, Any]) -> str:
+    if findings.get("unimplemented"):
+        return (
+            "the emulated CANN needs these entry points (report them to ascend-env); until then "
+            "audit this command on the simulator (--cann sim)"
+        )
+    return (
+        "audit again with torch_npu's warnings on (RANK=0, no TORCH_NPU_DISABLED_WARNING) and fd 2 "
+        "left to the audit"
+    )
 
 
 def _fallback_fix(fallbacks: Mapping[str, int]) -> str:
@@ -146,6 +181,11 @@ def _rank_key(rank: str) -> Tuple[int, str]:
 
 def header(findings: Mapping[str, Any]) -> str:
     """The report's first line: the table, and why it was chosen where the audit chose it."""
+    if _emulated(findings):
+        return (
+            f"audit: the real torch_npu binary on the emulated CANN, not a real NPU: torch_npu "
+            f"{findings['table']}"
+        )
     line = f"audit: torch_npu {findings['table']} op table on the simulated NPU"
     if findings.get("table_chosen") == "oldest":
         line += (
@@ -170,7 +210,8 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
             "still running after the command ended"
         )
     for error in findings["errors"][1:]:
-        lines.append(f"the simulated NPU could not start in one process: {error}")
+        what = "the emulated CANN" if _emulated(findings) else "the simulated NPU"
+        lines.append(f"{what} could not start in one process: {error}")
     per_process = findings.get("per_process", [])
     # The command's own process is the line above; the list is for the others.
     abnormal = [p for p in per_process if p.get("abnormal") and not p.get("is_command")]
@@ -184,6 +225,7 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
     for problem in findings["bad_reports"][:_LISTED]:
         lines.append(f"a report cannot be read: {problem}")
     lines += _fallbacks_text(findings)
+    lines += cann_text(findings) if _emulated(findings) else []
     lines += paths_report.format_text(findings["paths"]) if "paths" in findings else []
     lines.append(verdict(findings, fail_on).line)
     return "\n".join(lines)
@@ -195,7 +237,17 @@ def _fallbacks_text(findings: Findings) -> List[str]:
     per_process = findings.get("per_process", [])
     where = plural(processes, "Python process", "es")
     if not fallbacks:
-        return [f"no op fell back to the CPU ({where})"]
+        said = ": no CAUTION line from the binary" if _emulated(findings) else ""
+        return [f"no op fell back to the CPU ({where}){said}"]
+    if _emulated(findings):
+        lines = [
+            f"{plural(len(fallbacks), 'op')} fell back to the CPU, as the binary's CAUTION lines say "
+            f"({where}):"
+        ]
+        width = max(len(name) for name in fallbacks)
+        for name, count in fallbacks.items():
+            lines.append(f"  {name.ljust(width)}  at least once in {plural(count, 'process', 'es')}")
+        return lines
     lines = [f"{plural(len(fallbacks), 'op')} fell back to the CPU ({where}):"]
     width = max(len(name) for name in fallbacks)
     count_width = max(len(str(count)) for count in fallbacks.values())

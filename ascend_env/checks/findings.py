@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import signal
-from typing import Dict, List, NamedTuple, Optional, Sequence, TypedDict
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, TypedDict
 
 from ascend_env.checks import paths_report
 from ascend_env.exceptions import EnvironmentProblem
@@ -152,10 +152,19 @@ class _Findings(TypedDict):
 
 class Findings(_Findings, total=False):
     """What :func:`ascend_env.checks.audit.run` found, in the order ``--json`` writes it; ``soc``
-    and ``paths`` only with the dispatch-path model (``ascend_env.checks.paths_report.summarize``)."""
+    and ``paths`` only with the dispatch-path model (``ascend_env.checks.paths_report.summarize``);
+    ``backend`` says what ran (the simulator where it is missing)."""
 
     soc: Optional[paths_report.SocChoice]
     paths: paths_report.PathsSummary
+    # On the emulated CANN (ascend_env.checks.emulated_audit.judge): what ran, how fallbacks are
+    # counted ("processes": CAUTION lines), what keeps the run from proving anything, the entry
+    # points the emulated CANN lacks that were called, and its counters over every process.
+    backend: Dict[str, Any]
+    fallbacks_counted: str
+    not_proven: List[str]
+    unimplemented: List[str]
+    cann: Dict[str, Dict[str, int]]
 
 
 def findings_from(
@@ -165,11 +174,13 @@ def findings_from(
     reports: Sequence[ProcessReport],
     bad_reports: Sequence[str] = (),
     chosen: str = "given",
+    where: str = "the simulated NPU",
 ) -> Findings:
     """The audit's findings from the command's outcome and its processes' reports.
 
-    Raises EnvironmentProblem where nothing ran on the simulator: no Python process imported torch
-    (or none reported), none ran unaudited, and the command did not time out.
+    Raises EnvironmentProblem where nothing ran on the simulator (``where``: on the emulated CANN,
+    its words): no Python process imported torch (or none reported), none ran unaudited, and the
+    command did not time out.
     """
     audited = [r for r in reports if "unaudited" not in r]
     unaudited = list(outcome.unaudited) + [
@@ -185,11 +196,13 @@ def findings_from(
             if audited
             else "no Python process reported"
         )
+        emulated = where != "the simulated NPU"
+        seen = seen.replace("imported torch", "imported torch_npu") if emulated else seen
+        once = "torch_npu" if emulated else "torch"
         raise EnvironmentProblem(
-            "no Python process of the command ran on the simulated NPU, so nothing was audited "
-            f"(the command {outcome.ended()}): {seen}; a Python process runs on the simulator once it "
-            "imports torch.",
-            "run a Python command whose Python has torch and ascend-env, e.g. -- python my_script.py",
+            f"no Python process of the command ran on {where}, so nothing was audited "
+            f"(the command {outcome.ended()}): {seen}; a Python process runs there once it imports {once}.",
+            f"run a Python command whose Python has {once} and ascend-env, e.g. -- python my_script.py",
         )
     per_process = [_process_findings(report, outcome) for report in audited if "error" not in report]
     totals: collections.Counter[str] = collections.Counter()

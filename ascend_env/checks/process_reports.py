@@ -70,7 +70,7 @@ def _read_report(path: Path) -> Tuple[Optional[str], Optional[ProcessReport]]:
 
 _OPTIONAL_INT = ("start", "generation")
 _OPTIONAL_STR = ("rank", "origin", "table", "torch_npu", "error", "unaudited", "extra_error")
-_OPTIONAL_BOOL = ("torch", "npu_used", "autoload")
+_OPTIONAL_BOOL = ("torch", "npu_used", "autoload", "silenced")
 
 
 def _report_problem(value: Any) -> Optional[str]:
@@ -106,6 +106,11 @@ def _report_problem(value: Any) -> Optional[str]:
         return "has hook_events that are not a list of strings"
     if "paths" in value and not isinstance(value["paths"], dict):
         return "has paths that are not an object"
+    if "cann" in value and not isinstance(value["cann"], dict):
+        return "has cann counters that are not an object"
+    fd2 = value.get("fd2")
+    if fd2 is not None and not (isinstance(fd2, list) and len(fd2) == 2 and all(_is_int(n) for n in fd2)):
+        return "has an fd2 that is not a device and an inode"
     return None
 
 

@@ -6,7 +6,8 @@ document to ``--report`` (never to stdout, which user code may print to):
 
 - ``silencers``: whatever in its own environment would still hide torch_npu's fallback line;
 - ``installation``: the patch state (manifest hashes) and the startup hook's files;
-- ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers) or the simulator;
+- ``backend``: the real NPU (``torch_npu`` imports and ``npu:0`` answers), the real torch_npu on
+  the emulated CANN (``--device emulated``; ``emulated_cann``: its counters at the end) or the simulator;
 - ``imports``: how torch_npu was imported (``--imports``: through transformers' or accelerate's
   availability check, as real programs reach it, or directly), and by which module file;
 - ``steps``: one per fix of the registry (:mod:`ascend_env.kernels.registry`), its ``smoke``
@@ -51,6 +52,7 @@ from ascend_env.utils import atomic, progress
 
 __all__ = [
     "DEVICES",
+    "EMULATED",
     "FALLBACK_DISABLE",
     "GENERATE_OPTIONS",
     "IMPORTS",
@@ -70,7 +72,9 @@ SILENCERS = ("RANK", "TORCH_NPU_DISABLED_WARNING", "TORCH_NPU_WARNING_DISABLE", 
 FALLBACK_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
 #: A step per fix of the registry that has smoke samples, in registry order, then generate().
 STEPS = (*(fix.name for fix in FIXES if fix.smoke), "generate")
-DEVICES = ("auto", "npu", "sim")
+#: ``emulated``: the installed torch_npu, the real binary, on the emulated CANN (``ascend_env.sim.emulated``).
+DEVICES = ("auto", "npu", "sim", "emulated")
+EMULATED = "emulated_cann"  # the backend's kind there
 #: How the smoke test's process reaches torch_npu, as real programs do: transformers' availability
 #: check (a ``find_spec`` probe, then the import), accelerate's (at ``import accelerate``), or a
 #: plain ``import torch_npu``.
@@ -205,6 +209,17 @@ def _start_npu(order: str) -> Backend:
         "fallback_disable": in_force,
         "imports": imports,
     }
+
+
+def _start_emulated(order: str) -> Backend:
+    """The emulated CANN under the installed torch_npu (before its import), then as :func:`_start_npu`."""
+    from ascend_env.sim import emulated
+
+    emulated.enable()
+    backend = _start_npu(order)
+    backend["kind"] = EMULATED
+    backend["name"] = f"{backend.get('name')} (emulated CANN, host memory)"
+    return backend
 
 
 def _start_simulator(torch_npu: Optional[str], order: str) -> Backend:
@@ -446,7 +461,7 @@ def run(
     unmodelled = _start_paths(backend) if "generate" in steps else None
     for step in steps:
         if step == "generate" and os.environ.get(FALLBACK_DISABLE) == "1":
-            if backend["kind"] == "npu":  # torch_npu read the variable once, at start-up
+            if backend["kind"] != "simulator":  # torch_npu read the variable once, at start-up
                 report["deferred"] = ["generate"]
                 continue
             os.environ.pop(FALLBACK_DISABLE)  # the simulator reads it at each fallback
@@ -454,6 +469,10 @@ def run(
     report["hook"] = runtime.status()
     if "generate" in report["steps"]:
         report["compile"] = _compile_record(torch, backend, unmodelled)
+    if backend["kind"] == EMULATED:
+        from ascend_env.sim import emulated
+
+        report["emulated_cann"] = emulated.report()
 
 
 def _require_transformers(recorded: Optional[Installation] = None) -> None:
@@ -493,9 +512,10 @@ def _start_backend(
 
     if device == "auto" and importlib.util.find_spec("torch_npu") is None:
         device, report["simulator_reason"] = "sim", "torch_npu is not installed"
-    if device in ("auto", "npu"):
+    if device in ("auto", "npu", "emulated"):
         try:
-            return _start_npu(order)  # transformers' import order requires transformers, after torch
+            # transformers' import order requires transformers, after torch
+            return _start_emulated(order) if device == "emulated" else _start_npu(order)
         except AscendEnvError:
             raise
         except Exception as exc:  # an ImportError, a missing libhccl.so, no device: all say "no"

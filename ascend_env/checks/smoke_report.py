@@ -69,8 +69,8 @@ class Imports(TypedDict, total=False):
 
 
 class Backend(TypedDict, total=False):
-    """The backend that started: ``kind`` is ``npu`` or ``simulator``; ``chosen`` says how the
-    simulated table was chosen. ``imports`` is moved to the report's own key once it started."""
+    """The backend that started: ``kind`` is ``npu``, ``emulated_cann`` or ``simulator``; ``chosen``
+    says how the simulated table was chosen. ``imports`` is moved to the report's own key once it started."""
 
     kind: str
     release: Optional[str]
@@ -155,3 +155,4 @@ class SmokeReport(TypedDict, total=False):
     warnings: List[WarningRecord]
     npu_machine: str
     cann: str
+    emulated_cann: Dict[str, Any]  # the emulated CANN's counters (ascend_env.sim.emulated.report)

@@ -13,7 +13,7 @@ import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import states
-from ascend_env.checks.smoke import FALLBACK_DISABLE, SILENCERS, STEPS
+from ascend_env.checks.smoke import EMULATED, FALLBACK_DISABLE, SILENCERS, STEPS
 from ascend_env.checks.smoke_report import (
     Backend,
     CompileRecord,
@@ -490,9 +490,13 @@ def judge(
     first = runs[0].report
     backend = next((s.report["backend"] for s in runs if "backend" in s.report), Backend())
     on_npu = backend.get("kind") == "npu" or "npu_machine" in first
+    on_emulated = backend.get("kind") == EMULATED
     fallbacks = _collect_fallbacks(runs)
     others = {op: item for op, item in fallbacks.items() if _family(op) is None}
     checks = _checks(runs, fallbacks)
+    not_proven = _unimplemented(runs) if on_emulated else []
+    if on_emulated:
+        checks.append(_emulated_check(not_proven))
     if strict and others:
         checks.append(
             Check.failed(
@@ -503,10 +507,11 @@ def judge(
         )
     return VerifyResult(
         ok=bool(checks) and all(check.ok for check in checks),
-        device="npu" if on_npu else "simulator",
+        device="npu" if on_npu else ("emulated_cann" if on_emulated else "simulator"),
         device_name=backend.get("name"),
         release=backend.get("release"),
         simulator_reason=None if on_npu else simulator_reason,
+        not_proven=[f"the emulated CANN does not implement {name}" for name in not_proven],
         strict=strict,
         fallback_disable=bool(first.get("backend", {}).get("fallback_disable")),
         processes=len(runs),
@@ -517,6 +522,36 @@ def judge(
         hook=next((s.report["hook"] for s in runs if "hook" in s.report), None),
         warnings=[w for smoke in runs for w in smoke.report.get("warnings", [])],
         import_paths=import_paths(runs),
+    )
+
+
+def _unimplemented(runs: Sequence[Smoke]) -> List[str]:
+    """The entry points the emulated CANN lacks that the binary called, by its counters or its
+    line on fd 2."""
+    from ascend_env.sim import emulated
+
+    found: List[str] = []
+    for smoke in runs:
+        for name in emulated.unimplemented(
+            smoke.report.get("emulated_cann") or {}
+        ) + emulated.unimplemented_in(smoke.stderr):
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def _emulated_check(missing: Sequence[str]) -> Check:
+    """The real binary on the emulated CANN proves something only where no entry point it called
+    was missing (an unimplemented one fails and says so; what followed is not the binary's)."""
+    if not missing:
+        return Check.passed(
+            "emulated CANN",
+            "every CANN entry point the binary called is implemented (host memory, ATen kernels)",
+        )
+    return Check.failed(
+        "emulated CANN",
+        f"not proven: the binary called {', '.join(missing)}, which the emulated CANN does not implement",
+        "report the entry points to ascend-env; until then verify on the simulator (verify --device sim)",
     )
 
 

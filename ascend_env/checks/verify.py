@@ -22,9 +22,11 @@ a failure that names the cause and the fix (CANN's ``set_env.sh`` not sourced, t
 mistake; torch_npu missing from this environment: install it, or pass ``--device sim`` on
 purpose), never a pass on the simulator; on one without (a Docker build step), where torch_npu is
 missing the smoke test runs on the simulator, and where it is installed but does not start the
-smoke test runs again on the simulator, with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` so that
-torch_npu cannot break ``import torch``, and the report says why. On the simulator the fd-2 line
-is cross-checked against the simulator's own counts.
+smoke test runs again on the installed torch_npu's own binary on the emulated CANN (``--cann
+emulated`` asks for that alone), else, where that cannot start (no C++ compiler, no emulated CANN),
+on the simulator, with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` so that torch_npu cannot break ``import
+torch``, and the report says why. On the simulator the fd-2 line is cross-checked against the
+simulator's own counts.
 
 The main smoke test reaches torch_npu through transformers' availability check (a ``find_spec``
 probe, then the import), as most programs do; two more processes reach it through ``import
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ascend_env import _audited
-from ascend_env.checks.smoke import FALLBACK_DISABLE, IMPORTS, SILENCERS, STEPS
+from ascend_env.checks.smoke import EMULATED, FALLBACK_DISABLE, IMPORTS, SILENCERS, STEPS
 from ascend_env.checks.verdict import IMPORT_WORDS, judge
 from ascend_env.checks.verify_result import Smoke, VerifyResult
 from ascend_env.detect import machine
@@ -101,6 +103,7 @@ class Options:
     strict: bool = False
     timeout: float = TIMEOUT
     device: str = "auto"  # one of DEVICES; "sim" is what simulate says
+    cann: Optional[str] = None  # "emulated": the installed torch_npu on the emulated CANN
     soc: Optional[str] = None  # the SoC to simulate (else $ASCEND_ENV_SOC), as audit's --soc
 
 
@@ -153,9 +156,10 @@ def _smoke_command(
 
 
 _DEVICE_WORDS = {
-    "auto": "on npu:0 (else the simulated NPU)",
+    "auto": "on npu:0 (else the emulated CANN or the simulated NPU)",
     "npu": "on npu:0",
     "sim": "on the simulated NPU",
+    "emulated": "on the real torch_npu binary on the emulated CANN",
 }
 
 
@@ -258,7 +262,10 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
             # (the simulator would pass a CI step run in an environment without torch_npu).
             device, npu_machine = "npu", evidence
     first = run_smoke(
-        options, device, STEPS, child_environment(environ, simulate=device == "sim", fallback_disable=True)
+        options,
+        device,
+        STEPS,
+        child_environment(environ, simulate=device not in ("npu", "auto"), fallback_disable=True),
     )
     if npu_machine is not None and "device_error" in first.report:
         first.report["npu_machine"] = npu_machine  # a failure that names the cause, never a simulated pass
@@ -268,9 +275,7 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
         has_npu, evidence = machine.has_npu()
         why = (first.report["device_error"].strip().splitlines() or ["no reason given"])[0]
         reason = f"torch_npu is installed but did not start ({why}), and this machine has no NPU ({evidence})"
-        first = run_smoke(
-            options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True)
-        )
+        first, reason = _without_npu(options, environ, reason)
     reason = reason or first.report.get("simulator_reason")
     if reason and first.report.get("backend", {}).get("chosen") == "oldest":
         reason += (
@@ -279,7 +284,7 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
         )
     runs = [first]
     kind = first.report.get("backend", {}).get("kind")
-    device = "npu" if kind == "npu" else "sim"
+    device = {"npu": "npu", EMULATED: "emulated"}.get(str(kind), "sim")
     if "generate" in first.report.get("deferred", []):
         # torch_npu reads TORCH_NPU_FALLBACK_CPU_DISABLE once per process: generate() needs its own.
         runs.append(
@@ -287,21 +292,54 @@ def _run_all(options: Options, environ: Mapping[str, str]) -> Tuple[List[Smoke],
                 options,
                 device,
                 ["generate"],
-                child_environment(environ, simulate=device == "sim", fallback_disable=False),
+                child_environment(environ, simulate=device != "npu", fallback_disable=False),
             )
         )
     if kind is not None:
-        env = child_environment(environ, simulate=device == "sim", fallback_disable=False)
+        env = child_environment(environ, simulate=device != "npu", fallback_disable=False)
         runs += _import_order_runs(options, device, env)
     return runs, reason
 
 
+def _without_npu(options: Options, environ: Mapping[str, str], reason: str) -> Tuple[Smoke, str]:
+    """The first smoke test again on a machine without an NPU where torch_npu did not start: the
+    real binary on the emulated CANN where this ascend-env ships it, it starts and every entry point
+    the binary calls is emulated; else the simulator, and the reason says why."""
+    from ascend_env.sim import emulated
+
+    if emulated.available() is None:
+        env = child_environment(environ, simulate=True, fallback_disable=True)
+        smoke = run_smoke(options, "emulated", STEPS, env)
+        missing = emulated.unimplemented(smoke.report.get("emulated_cann") or {})
+        missing += [name for name in emulated.unimplemented_in(smoke.stderr) if name not in missing]
+        if "device_error" not in smoke.report and not missing:
+            return smoke, reason + ": the real binary ran on the emulated CANN"
+        if missing:  # not proven there: the automatic choice takes the next best, and says why
+            reason += (
+                f"; the real binary on the emulated CANN proved nothing (it called {', '.join(missing)}, "
+                "which the emulated CANN does not implement: verify --cann emulated shows that run)"
+            )
+        else:
+            why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
+            reason += f"; the emulated CANN could not run it ({why_not})"
+    smoke = run_smoke(options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True))
+    return smoke, reason
+
+
 def _chosen_device(options: Options) -> Tuple[str, Optional[str]]:
-    """The smoke test's ``--device`` and, for the simulator, why."""
+    """The smoke test's ``--device`` and, for the simulator or the emulated CANN, why."""
     if options.device not in DEVICES:
         raise UsageError(
             f"--device {options.device}: not one of {', '.join(DEVICES)}.", "pass --device npu, sim or auto"
         )
+    if options.cann == "emulated":
+        if options.torch_npu or options.simulate or options.device != "auto":
+            raise UsageError(
+                "--cann emulated runs the installed torch_npu's own binary, so it takes neither "
+                "--torch-npu, --simulate nor --device.",
+                "drop them, or drop --cann emulated to run on the simulator or the NPU",
+            )
+        return "emulated", "--cann emulated was given"
     if options.torch_npu:
         if options.device == "npu":
             raise UsageError(

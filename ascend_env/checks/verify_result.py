@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA", "Check", "Device", "Fallback", "Smoke", "VerifyResult"]
 
-SCHEMA = 1
-Device = Literal["npu", "simulator"]
+#: 2: ``device`` may be ``emulated_cann`` (the real torch_npu binary on the emulated CANN); the
+#: ``backend`` and ``not_proven`` keys.
+SCHEMA = 2
+Device = Literal["npu", "simulator", "emulated_cann"]
 
 
 @dataclass
@@ -95,8 +97,19 @@ class VerifyResult:
     hook: Optional[HookStatus]
     warnings: List[WarningRecord]
     import_paths: List[Dict[str, Any]] = field(default_factory=list)
+    not_proven: List[str] = field(default_factory=list)
     python: Optional[str] = None  # set by verify(), with seconds; judge() alone leaves both out
     seconds: Optional[float] = None
+
+    def ran_on(self) -> str:
+        """What the smoke test ran on, as the verdict line names it."""
+        if self.device == "npu":
+            return f"a real Ascend NPU ({self.device_name}, torch_npu {self.release})"
+        if self.device == "emulated_cann":
+            return f"the real torch_npu {self.release} binary on the emulated CANN, not a real NPU"
+        if self.release:
+            return f"the simulator, not a real NPU (torch_npu {self.release} op table)"
+        return "the simulator, not a real NPU"
 
     def to_dict(self) -> Dict[str, Any]:
         data: Dict[str, Any] = {
@@ -116,6 +129,8 @@ class VerifyResult:
             "hook": self.hook,
             "import_paths": list(self.import_paths),
             "warnings": list(self.warnings),
+            "backend": {"kind": self.device, "release": self.release, "words": self.ran_on()},
+            "not_proven": list(self.not_proven),
         }
         if self.python is not None:
             data["python"] = self.python

@@ -24,7 +24,7 @@ def exit_code(result: Union[VerifyResult, Mapping[str, Any]]) -> int:
 def format_text(result: Union[VerifyResult, Mapping[str, Any]]) -> str:
     """The short human report (``result`` may also be the ``--json`` document)."""
     data = _as_dict(result)
-    verdict = "passed" if data["ok"] else "FAILED"
+    verdict = "passed" if data["ok"] else ("NOT PROVEN" if data.get("not_proven") else "FAILED")
     lines = [f"verify: {verdict} {_where(data)}"]
     for check in _folded(data["checks"]):
         lines.append(f"  {'ok  ' if check['ok'] else 'FAIL'}  {check['name']}: {check['detail']}")
@@ -79,6 +79,9 @@ def _where(data: Mapping[str, Any]) -> str:
         return "on this machine's NPU: torch_npu did not start"
     if data["device"] == "npu":
         return f"on npu:0, a real Ascend NPU ({data['device_name']}, torch_npu {data['release']})"
+    if data["device"] == "emulated_cann":
+        where = f"on the real torch_npu {data['release']} binary on the emulated CANN, not a real NPU"
+        return where + (f": {data['simulator_reason']}" if data.get("simulator_reason") else "")
     if data.get("release"):
         where = f"on the simulator, not a real NPU (torch_npu {data['release']} op table)"
     else:  # it never started: no torch, or an error before the op table was chosen

@@ -1,19 +1,22 @@
-"""``ascend-env audit [--torch-npu VERSION[,VERSION...]|affected] [--timeout SECONDS] [--paths]
-[--soc SOC] [--fail-on ...] [--report FILE] -- COMMAND...``: list the ops that fall back to the CPU,
-in every Python process of the command, and with ``--paths`` the would-be online compiles, 64-bit
-warnings and host syncs of torch_npu's dispatch paths."""
+"""``ascend-env audit [--cann sim|emulated] [--torch-npu VERSION[,VERSION...]|affected]
+[--torch-npu-wheel PATH] [--timeout SECONDS] [--paths] [--soc SOC] [--fail-on ...] [--report FILE]
+-- COMMAND...``: list the ops that fall back to the CPU, in every Python process of the command, on
+the simulator or (``--cann emulated``) the real torch_npu binary on the emulated CANN, and with
+``--paths`` the would-be online compiles, 64-bit warnings and host syncs of torch_npu's dispatch
+paths."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ascend_env.checks import audit, audit_text, paths_report, tables
 from ascend_env.checks.findings import Findings
 from ascend_env.exceptions import AscendEnvError, UsageError
 from ascend_env.output import write_json, write_text
+from ascend_env.sim import emulated
 from ascend_env.utils import atomic, supervise
 
 __all__ = ["Result", "configure", "run"]
@@ -23,10 +26,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torch-npu",
         metavar="VERSION",
-        help="the torch_npu release whose op table to simulate; several, comma-separated, run the command "
+        help="the torch_npu release whose op table to simulate (with --cann emulated: whose real wheel "
+        "to run); several, comma-separated, run the command "
         f"once each; '{tables.AFFECTED}' runs each release that lacks an NPU isin (2.1.0.post3 to "
         "2.1.0.post6, 2.2.x, 2.3.1). Default: the installed torch_npu's own op lists, else the oldest "
         "known release",
+    )
+    parser.add_argument(
+        "--cann",
+        choices=emulated.CANN,
+        default=emulated.CANN_SIM,
+        help="sim (default): the simulator, a model of torch_npu that reads the release's op table; "
+        "emulated: the real torch_npu binary on ascend-env's emulated CANN (host memory, no NPU): "
+        "--torch-npu R's wheel (fetched once by pip), --torch-npu-wheel's, else the installed one",
+    )
+    parser.add_argument(
+        "--torch-npu-wheel",
+        metavar="PATH",
+        type=Path,
+        help="with --cann emulated: this torch_npu wheel file (no network needed); it must fit this "
+        "Python and its torch",
     )
     parser.add_argument(
         "--timeout",
@@ -77,15 +96,25 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     fail_on = paths_report.parse_fail_on(args.fail_on)
     paths = bool(args.paths) or any(kind not in paths_report.WITHOUT_PATHS for kind in fail_on)
-    releases = tables.releases_asked(args.torch_npu)
+    cann = str(args.cann)
+    if args.torch_npu_wheel is not None and cann != emulated.CANN_EMULATED:
+        raise UsageError(
+            "--torch-npu-wheel runs the real binary, which only --cann emulated does.",
+            "add --cann emulated, or drop --torch-npu-wheel to audit on the simulator",
+        )
+    if cann == emulated.CANN_EMULATED:
+        releases = _emulated_releases(args.torch_npu)
+    else:
+        releases = tables.releases_asked(args.torch_npu)
     json_on_stdout = bool(args.json) or args.report == "-"
     report_file = Path(args.report) if args.report not in (None, "-") else None
     results: List[Tuple[str, Result]] = []
+    what = " (the real binary)" if cann == emulated.CANN_EMULATED else "'s op table"
     try:
         for index, release in enumerate(releases):
             if len(releases) > 1:
                 sys.stderr.write(
-                    f"ascend-env: audit: running the command on torch_npu {release}'s op table "
+                    f"ascend-env: audit: running the command on torch_npu {release}{what} "
                     f"({index + 1} of {len(releases)})\n"
                 )
             try:
@@ -97,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
                     soc=args.soc,
                     paths=paths,
                     stdout=_stderr_fd() if json_on_stdout else None,
+                    cann=cann,
+                    wheel=args.torch_npu_wheel,
                 )
             except AscendEnvError as exc:
                 if len(releases) == 1:
@@ -124,6 +155,25 @@ def run(args: argparse.Namespace) -> int:
                 write_text(f"audit: torch_npu {release}: {result}")
         write_text(audit_text.combined_verdict(results, fail_on).line)
     return _code(results, fail_on)
+
+
+def _emulated_releases(value: Optional[str]) -> List[Optional[str]]:
+    """``--torch-npu``'s releases for the real binary: named ones as given (each is checked to fit
+    before it runs), ``affected`` not at all: one torch runs only its own torch_npu releases."""
+    if value is None:
+        return [None]
+    if any(part.strip().lower() == tables.AFFECTED for part in value.split(",")):
+        raise UsageError(
+            f"--torch-npu {tables.AFFECTED} names releases for several torches, and the real binary "
+            "runs only on the torch it is built for.",
+            "name the releases built for this torch (e.g. --torch-npu 2.1.0.post3,2.1.0.post6 on torch "
+            "2.1.0), or audit them all on the simulator (--cann sim)",
+        )
+    chosen: List[Optional[str]] = []
+    for part in (p.strip() for p in value.split(",")):
+        if part and part not in chosen:
+            chosen.append(part)
+    return chosen or [None]
 
 
 def _stderr_fd() -> int:

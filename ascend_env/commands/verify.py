@@ -1,5 +1,5 @@
-"""``ascend-env verify [--device npu|sim|auto] [--torch-npu VERSION] [--strict] [--python PATH]``: the
-smoke test."""
+"""``ascend-env verify [--device npu|sim|auto] [--cann sim|emulated] [--torch-npu VERSION] [--strict]
+[--python PATH]``: the smoke test."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from ascend_env.checks import verify, verify_text
 from ascend_env.detect import machine, socs
 from ascend_env.output import write_json, write_text
+from ascend_env.sim import emulated
 
 __all__ = ["configure", "run"]
 
@@ -21,6 +22,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="npu: the real npu:0 or fail; sim: the simulated NPU; auto (default): npu:0 on a machine "
         "with an NPU (a torch_npu that is missing or cannot start there fails), else the simulator",
+    )
+    parser.add_argument(
+        "--cann",
+        choices=emulated.CANN,
+        help="emulated: the installed torch_npu's own binary on ascend-env's emulated CANN (host memory, "
+        "no NPU); sim: the simulator, as --simulate. Default: as --device auto chooses (on a machine "
+        "without an NPU where torch_npu cannot start: the emulated CANN, else the simulator)",
     )
     parser.add_argument(
         "--simulate",
@@ -57,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         socs.canonical(chosen, machine.SOC_VARIABLE)
     options = verify.Options(
         python=args.python,
-        simulate=args.simulate,
+        simulate=args.simulate or args.cann == emulated.CANN_SIM,
+        cann=args.cann if args.cann == emulated.CANN_EMULATED else None,
         device=args.device,
         torch_npu=args.torch_npu,
         strict=args.strict,

@@ -15,7 +15,7 @@ Types only: importing this module imports nothing else of ascend_env, and no tor
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict
 
 __all__ = [
     "Counts",
@@ -139,6 +139,9 @@ class LastFacts(TypedDict, total=False):
     npu_used: bool
     paths: PathsReport
     hook_events: Optional[List[str]]
+    cann: Dict[str, Any]
+    silenced: bool
+    fd2: Optional[List[int]]
 
 
 class _Identity(TypedDict):
@@ -171,3 +174,6 @@ class ProcessReport(_Identity, total=False):
     paths: PathsReport
     hook_events: Optional[List[str]]
     unaudited: str
+    cann: Dict[str, Any]  # on the emulated CANN (ascend_env.sim.emulated.last_facts): its counters
+    silenced: bool  # torch_npu's warnings were silenced in this process
+    fd2: Optional[List[int]]  # where its fd 2 went: device, inode

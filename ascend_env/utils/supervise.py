@@ -97,6 +97,7 @@ def supervise(
     stdout: Output = None,
     reported: Callable[[], proctree.Reported] = _nothing_reported,
     exec_variable: Optional[str] = None,
+    stderr: Output = None,
 ) -> Supervised:
     """Run ``command`` with ``env`` (which names ``scratch`` as ``scratch_variable``); stop it after
     ``timeout`` seconds and on SIGINT/SIGTERM; stop what it leaves behind.
@@ -105,7 +106,8 @@ def supervise(
     read again until they ``exec``); ``exec_variable``, the variable that tells an image's exec
     generation (:func:`ascend_env.utils.proctree.exec_generation`). Raises :class:`NotStarted` if
     the command cannot start, :class:`Interrupted` on a signal (after stopping the tree).
-    ``scratch`` is removed only by the watchdog, if this process dies.
+    ``scratch`` is removed only by the watchdog, if this process dies. ``stderr``: where the
+    command's standard error goes (default: this process's).
     """
     signals = _Signals()
     was_subreaper = proctree.child_subreaper(True)
@@ -119,6 +121,7 @@ def supervise(
                         env=dict(env),
                         start_new_session=True,
                         stdout=stdout,
+                        stderr=stderr,
                         preexec_fn=proctree.death_signal(),
                     )
                 except OSError as exc:

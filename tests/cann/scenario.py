@@ -62,6 +62,18 @@ def main() -> None:
         "delta": delta(before, counters()),
     }
 
+    # A floating argument: aclnnLayerNorm's eps (a double, in the generic signature's xmm0); a
+    # large one, so that a wrong decoding shows in the result.
+    x, weight, bias = torch.randn(3, 8), torch.randn(8), torch.randn(8)
+    before = counters()
+    got = torch.nn.functional.layer_norm(x.npu(), (8,), weight.npu(), bias.npu(), eps=0.75).cpu()
+    result["layer_norm"] = {
+        "equal": torch.allclose(
+            got, torch.nn.functional.layer_norm(x, (8,), weight, bias, eps=0.75), atol=1e-5
+        ),
+        "delta": delta(before, counters()),
+    }
+
     before = counters()
     cpu, npu = mlp_step("cpu"), mlp_step("npu")
     result["mlp"] = {

@@ -64,7 +64,8 @@ def test_fixed_release_passes_and_text_output_says_so(capsys, script):
     assert out.splitlines() == [
         "audit: torch_npu 2.4.0 op table on the simulated NPU",
         "no op fell back to the CPU (1 Python process)",
-        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process",
+        "audit passed on the simulator (torch_npu 2.4.0's op table): nothing fell back to the CPU "
+        "in 1 audited Python process",
     ]
 
 

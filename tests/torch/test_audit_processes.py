@@ -162,7 +162,8 @@ def test_os_exit_in_the_command_and_in_a_worker(capfd, tmp_path):
     assert lines[4] == "1 op fell back to the CPU (2 Python processes):"
     assert lines[5].startswith(f"  {ISIN}  2  (pids ")
     assert lines[6].startswith(
-        f"audit failed on torch_npu 2.1.0.post6: 1 op fell back to the CPU ({ISIN}); "
+        f"audit failed on the simulator (torch_npu 2.1.0.post6's op table): 1 op fell back to the "
+        f"CPU ({ISIN}); "
         "the command exited 3; fix: "
     )
 

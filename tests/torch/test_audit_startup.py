@@ -61,7 +61,8 @@ def test_using_npu_without_torch_npu_on_an_old_release_is_a_finding(capfd, tmp_p
     assert lines[1] == "1 Python process used the npu device without importing torch_npu:"
     assert "on torch_npu 2.4.0 this script fails on a real NPU: add `import torch_npu`" in lines[2]
     assert lines[-1] == (
-        "audit failed on torch_npu 2.4.0: 1 process used the npu device without importing "
+        "audit failed on the simulator (torch_npu 2.4.0's op table): 1 process used the npu device "
+        "without importing "
         "torch_npu; fix: add `import torch_npu` before the script uses the npu device"
     )
 
@@ -204,5 +205,5 @@ def test_the_paths_report_names_each_generate_and_says_why_the_guard_stayed_off(
     # No startup hook in this Python: the guard never ran, and the fix says what to do.
     assert "  compile guard: did not run: the startup hook is not installed in this Python" in lines
     assert lines[-2].startswith("  fix: run: python -m ascend_env install")
-    assert lines[-1].startswith("audit failed on torch_npu 2.1.0.post6: ")
+    assert lines[-1].startswith("audit failed on the simulator (torch_npu 2.1.0.post6's op table): ")
     assert "(--fail-on compiles)" in lines[-1]

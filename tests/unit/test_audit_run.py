@@ -30,7 +30,8 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
     assert findings["ended"] == "timed out after 0.5 s" and findings["processes"] == 0
     assert audit_text.verdict(findings) == (
         1,
-        "audit failed on torch_npu 2.4.0: the command timed out after 0.5 s; fix: give it more time "
+        "audit failed on the simulator (torch_npu 2.4.0's op table): the command timed out after "
+        "0.5 s; fix: give it more time "
         "(--timeout) or let it end by itself",
     )
     assert time.monotonic() - start < 10

@@ -65,7 +65,8 @@ def test_ranks_name_where_an_op_fell_back():
     lines = audit_text.format_text(findings).splitlines()
     assert lines[1:-1] == ["1 op fell back to the CPU (3 Python processes):", f"  {ISIN}  1  (rank 1)"]
     assert lines[-1] == (
-        f"audit failed on torch_npu t: 1 op fell back to the CPU ({ISIN}); fix: run "
+        f"audit failed on the simulator (torch_npu t's op table): 1 op fell back to the CPU "
+        f"({ISIN}); fix: run "
         "python -m ascend_env install (its startup hook registers an NPU kernel for them), "
         "then audit again"
     )
@@ -82,13 +83,15 @@ def test_the_last_line_states_the_verdict_and_its_cause():
     done = {"how": "exit"}
     passed = findings_from("2.4.0", ["x"], Outcome(10, 0), [report(10, end=done)])
     assert audit_text.format_text(passed).splitlines()[-1] == (
-        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process"
+        "audit passed on the simulator (torch_npu 2.4.0's op table): nothing fell back to the CPU "
+        "in 1 audited Python process"
     )
     many = {f"aten::op{i}": 1 for i in range(70)}
     failed = findings_from("2.1.0.post6", ["x"], Outcome(10, 3), [report(10, many, done)])
     last = audit_text.format_text(failed).splitlines()[-1]
     assert last.startswith(
-        "audit failed on torch_npu 2.1.0.post6: 70 ops fell back to the CPU (aten::op0, "
+        "audit failed on the simulator (torch_npu 2.1.0.post6's op table): 70 ops fell back to the "
+        "CPU (aten::op0, "
         "aten::op1, ...); the command exited 3; fix: no NPU kernel in this release"
     )
     assert audit_text.verdict(failed).code == 1
@@ -169,7 +172,9 @@ def test_a_process_audit_had_to_stop_is_in_the_verdict():
     # none stopped: as before; a timeout says it stopped the command, and fails anyway
     clean = findings_from("2.4.0", ["x"], Outcome(10, 0), [report(10, end=done)])
     assert audit_text.verdict(clean, ("stopped",)) == audit_text.Verdict(
-        0, "audit passed on torch_npu 2.4.0 (--fail-on stopped): no process left running in 1 audited Python process"
+        0,
+        "audit passed on the simulator (torch_npu 2.4.0's op table) (--fail-on stopped): no process left "
+        "running in 1 audited Python process",
     )
     assert audit_text.verdict(clean).line.endswith("in 1 audited Python process")
     timed = findings_from("2.4.0", ["x"], Outcome(10, -15, 3, True, 2), [report(10)])

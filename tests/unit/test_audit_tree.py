@@ -84,7 +84,8 @@ def test_the_text_names_them_and_ends_with_the_verdict(capsys):
     )
     assert lines[at + 1].startswith("  pid ") and ": -I (isolated mode" in lines[at + 1]
     assert lines[-1] == (
-        "audit failed on torch_npu 2.4.0: 4 Python processes ran unaudited; fix: let every "
+        "audit failed on the simulator (torch_npu 2.4.0's op table): 4 Python processes ran "
+        "unaudited; fix: let every "
         "Python of the command run the audit's sitecustomize: no -I, -E or -S, and add to "
         "PYTHONPATH rather than replace it"
     )
@@ -420,7 +421,9 @@ def test_json_is_the_only_thing_on_stdout(tmp_path):
     report = json.loads(done.stdout)  # one document, nothing before or after it
     assert done.returncode == 1 and len(report["unaudited"]) == 1
     assert done.stderr.splitlines()[0] == "hello from the script" and done.stdout.startswith("{")
-    assert report["verdict"].startswith("audit failed on torch_npu 2.4.0: 1 Python process ran unaudited")
+    assert report["verdict"].startswith(
+        "audit failed on the simulator (torch_npu 2.4.0's op table): 1 Python process ran unaudited"
+    )
 
 
 def test_report_file_with_text_on_stdout(tmp_path):
@@ -447,7 +450,9 @@ def test_report_file_with_text_on_stdout(tmp_path):
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stdout.splitlines()[0] == "hello"  # the command's stdout stays stdout
-    assert done.stdout.splitlines()[-1].startswith("audit failed on torch_npu 2.4.0: 1 Python process ran")
+    assert done.stdout.splitlines()[-1].startswith(
+        "audit failed on the simulator (torch_npu 2.4.0's op table): 1 Python process ran"
+    )
     report = json.loads(out.read_text())
     assert report["ok"] is False and report["schema"] == 1 and len(report["unaudited"]) == 1
 

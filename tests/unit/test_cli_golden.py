@@ -303,7 +303,30 @@ def environment_steps(tmp: Path) -> List[Step]:
     ]
 
 
+def emulated_cann_steps(tmp: Path) -> List[Step]:
+    """``--cann emulated``'s refusals, before anything runs: a wheel without --cann emulated, a
+    missing wheel, one for another Python, every affected release at once, no torch_npu at all."""
+    other_python = tmp / "torch_npu-2.2.0-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    other_python.write_bytes(b"not read: its name already says it cannot run here")
+    pep8 = tmp / "torch_npu_2.1.0.whl"
+    pep8.write_bytes(b"")
+    run = ["--", "python", "-c", "pass"]
+    return [
+        (["help", "audit"], {}),
+        (["audit", "--torch-npu-wheel", str(other_python), *run], {}),
+        (["audit", "--cann", "emulated", "--torch-npu-wheel", str(tmp / "missing.whl"), *run], {}),
+        (["audit", "--cann", "emulated", "--torch-npu-wheel", str(other_python), *run], {}),
+        (["audit", "--cann", "emulated", "--json", "--torch-npu-wheel", str(other_python), *run], {}),
+        (["audit", "--cann", "emulated", "--torch-npu-wheel", str(pep8), *run], {}),
+        (["audit", "--cann", "emulated", "--torch-npu", "affected", *run], {}),
+        (["audit", "--cann", "emulated", *run], {}),
+        (["audit", "--cann", "emulated", "--paths", "--torch-npu-wheel", str(other_python), *run], {}),
+        (["verify", "--cann", "emulated", "--device", "sim"], {}),
+    ]
+
+
 SCENARIOS: Dict[str, Callable[[Path], List[Step]]] = {
+    "emulated_cann": emulated_cann_steps,
     "detect": detect_steps,
     "install_status_restore": install_steps,
     "hook_only": hook_only_steps,

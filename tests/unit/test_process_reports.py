@@ -38,7 +38,9 @@ def test_a_bad_report_is_a_finding(tmp_path, content, problem):
     assert audit_text.exit_code(findings) == 1
     text = audit_text.format_text(findings).splitlines()
     assert f"a report cannot be read: {bad}" in text
-    assert text[-1].startswith("audit failed on torch_npu t: 1 report could not be read; fix: audit again")
+    assert text[-1].startswith(
+        "audit failed on the simulator (torch_npu t's op table): 1 report could not be read; fix: audit again"
+    )
 
 
 def test_bad_bytes_and_a_huge_report_are_findings(tmp_path, monkeypatch):

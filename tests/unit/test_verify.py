@@ -515,7 +515,15 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
         "hook",
         "import_paths",
         "warnings",
+        "backend",
+        "not_proven",
     ]
+    assert data["schema"] == 2 and data["not_proven"] == []
+    assert data["backend"] == {
+        "kind": "simulator",
+        "release": data["release"],
+        "words": f"the simulator, not a real NPU (torch_npu {data['release']} op table)",
+    }
     assert data["fallbacks"]["aten::foo"] == {
         "line": False,
         "refused": False,
@@ -603,7 +611,17 @@ def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, b
         "torch_npu is installed but did not start (ImportError: this torch is broken (autoload=unset)"
     )
     assert "(autoload=0)" in failed(result)["torch"]
-    assert len(imported_by(tmp_path)) == 2
+    # Then the real binary on the emulated CANN where this ascend-env ships it, which needs torch too.
+    from ascend_env.sim import emulated
+
+    if emulated.available() is None:
+        assert (
+            "; the emulated CANN could not run it (ImportError: this torch is broken"
+            in result["simulator_reason"]
+        )
+        assert len(imported_by(tmp_path)) == 3
+    else:
+        assert len(imported_by(tmp_path)) == 2
     assert "on the simulator" in verify_text.format_text(result)
 
 
@@ -918,3 +936,61 @@ def test_passing_checks_alike_share_a_line_and_failed_ones_keep_theirs():
     assert "  ok    isin: every overload (out= included) ran on npu:0 and match the CPU" in lines
     assert any(line.startswith("  ok    repeat_interleave (1), bitwise_shift (6)") for line in lines)
     assert judged(good_report())["checks"][1]["name"] == "isin"  # --json keeps a check per step
+
+
+EMULATED = {
+    "kind": "emulated_cann",
+    "release": "2.1.0.post6",
+    "name": "Ascend910B1 (emulated CANN, host memory)",
+    "fallback_disable": True,
+}
+WHY_EMULATED = "torch_npu is installed but did not start (...), and this machine has no NPU (...)"
+
+
+def judged_emulated(report: Dict[str, Any], stderr: str = "") -> Dict[str, Any]:
+    runs = [Smoke("emulated", list(smoke.STEPS), report, stderr)]
+    return verdict.judge(runs, False, WHY_EMULATED + ": the real binary ran on the emulated CANN").to_dict()
+
+
+def test_the_real_binary_on_the_emulated_cann_is_named_as_such():
+    result = judged_emulated(
+        good_report(backend=EMULATED, emulated_cann={"counters": {"aclnn": {"aclnnAdd": 2}}})
+    )
+    assert result["ok"] and result["device"] == "emulated_cann" and result["not_proven"] == []
+    assert result["backend"] == {
+        "kind": "emulated_cann",
+        "release": "2.1.0.post6",
+        "words": "the real torch_npu 2.1.0.post6 binary on the emulated CANN, not a real NPU",
+    }
+    assert failed(result) == {}
+    text = verify_text.format_text(result)
+    assert text.startswith(
+        "verify: passed on the real torch_npu 2.1.0.post6 binary on the emulated CANN, not a real NPU: "
+        "torch_npu is installed but did not start"
+    )
+    assert "ok    emulated CANN: every CANN entry point the binary called is implemented" in text
+
+
+def test_its_caution_line_fails_as_on_a_real_device():
+    result = judged_emulated(good_report(backend=EMULATED), CAUTION.format(op=ISIN_OUT))
+    assert list(failed(result)) == ["isin fallback"]
+    assert verify_text.format_text(result).startswith(
+        "verify: FAILED on the real torch_npu 2.1.0.post6 binary"
+    )
+
+
+def test_an_entry_point_the_emulated_cann_lacks_is_not_proven():
+    line = "ascend-env emulated CANN: aclnnIsIn is not implemented\n"
+    counted = {"counters": {"unimplemented": {"aclrtFoo": 1}}}
+    result = judged_emulated(good_report(backend=EMULATED, emulated_cann=counted), line)
+    assert not result["ok"] and verify_text.exit_code(result) == 1
+    assert result["not_proven"] == [
+        "the emulated CANN does not implement aclrtFoo",
+        "the emulated CANN does not implement aclnnIsIn",
+    ]
+    assert failed(result)["emulated CANN"] == (
+        "not proven: the binary called aclrtFoo, aclnnIsIn, which the emulated CANN does not implement"
+    )
+    assert verify_text.format_text(result).startswith("verify: NOT PROVEN on the real torch_npu 2.1.0.post6")
+    # On the simulator the emulated CANN's words never appear.
+    assert "emulated CANN" not in failed(judged(good_report(), line))

@@ -97,7 +97,12 @@ inline at::Scalar scalar(const Scalar& s) {
 // Write value into out (the wrapped output), cast to out's dtype.
 inline void assign(const at::Tensor& out, const at::Tensor& value) {
   if (!out.defined()) return;
-  out.copy_(value.sizes() == out.sizes() ? value : value.expand_as(out));
+  if (value.sizes() == out.sizes())
+    out.copy_(value);
+  else if (value.numel() == out.numel())  // the same elements, kept dims of size 1 or not
+    out.copy_(value.reshape(out.sizes()));
+  else
+    out.copy_(value.expand_as(out));
 }
 
 }  // namespace cann

@@ -26,9 +26,11 @@
 
 namespace cann {
 namespace {
+// The state is never destroyed (heap, not static objects): the report is written by a static
+// destructor at exit, after function-local statics constructed later are gone.
 std::mutex& lock() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex();
+  return *m;
 }
 // kind -> name -> count; kept for the life of the process (never destroyed: read at exit).
 std::map<std::string, std::map<std::string, int64_t>>& counters() {
@@ -104,14 +106,18 @@ std::string report_json() {
 
 struct ReportAtExit {
   ~ReportAtExit() {
-    const char* path = getenv("ASCEND_ENV_CANN_REPORT");
-    if (!path || !*path) return;
+    const char* env = getenv("ASCEND_ENV_CANN_REPORT");
+    if (!env || !*env) return;
+    // "%p" in the path stands for the process id: one file per process where several share it.
+    std::string path = env;
+    for (size_t at = path.find("%p"); at != std::string::npos; at = path.find("%p"))
+      path.replace(at, 2, std::to_string(getpid()));
     std::string text = report_json();
-    std::string partial = std::string(path) + ".partial";
+    std::string partial = path + ".partial";
     if (FILE* f = fopen(partial.c_str(), "w")) {
       fwrite(text.data(), 1, text.size(), f);
       fclose(f);
-      rename(partial.c_str(), path);
+      rename(partial.c_str(), path.c_str());
     }
   }
 } report_at_exit;
@@ -167,11 +173,11 @@ bool live(const void* ptr, char kind) {
 }
 
 const std::string& soc() {
-  static const std::string name = [] {
+  static const std::string* name = [] {
     const char* env = getenv("ASCEND_ENV_SOC");
-    return std::string(env && *env ? env : "Ascend910B1");
+    return new std::string(env && *env ? env : "Ascend910B1");
   }();
-  return name;
+  return *name;
 }
 
 }  // namespace cann

@@ -1,0 +1,95 @@
+"""``verify`` on the real torch_npu binary on the emulated CANN, end to end, in throwaway environments
+with the real wheel installed (no CANN, no NPU: a Docker build step's machine).
+
+``--cann emulated`` asks for it; ``verify`` alone chooses it where torch_npu cannot start on a
+machine without an NPU, and says so. Before the fix the binary's CAUTION line for isin fails it;
+after ``install --hook-only`` no line comes, and the verdict is green unless an entry point the
+emulated CANN lacks was reached (then it is "not proven", never green).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from emulated_e2e import ISIN_OUT, ascend_env, fitting_wheel, make_env, site_of
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torch_npu's wheels are for Linux")
+
+
+@pytest.fixture(scope="module")
+def python(tmp_path_factory) -> Path:
+    return make_env(tmp_path_factory.mktemp("verify-emulated"), fitting_wheel())
+
+
+def verify(python: Path, *args: str):
+    done = ascend_env(python, "verify", "--json", *args, cwd=python.parent.parent)
+    return done, json.loads(done.stdout)
+
+
+def failed(result):
+    return {check["name"]: check["detail"] for check in result["checks"] if not check["ok"]}
+
+
+def test_the_automatic_choice_runs_the_real_binary_and_says_so(python):
+    done, result = verify(python)
+    assert done.returncode == 1, done.stderr  # unfixed: isin falls back
+    assert result["schema"] == 2
+    assert result["simulator_reason"].startswith(
+        "torch_npu is installed but did not start (ImportError: libhccl.so"
+    )
+    assert result["fallbacks"][ISIN_OUT]["line"] is True
+    assert ISIN_OUT in failed(result)["isin fallback"]
+    first = ascend_env(python, "verify", cwd=python.parent.parent).stdout.splitlines()[0]
+    if result["device"] == "emulated_cann":  # every entry point the smoke test reaches is emulated
+        assert result["simulator_reason"].endswith(": the real binary ran on the emulated CANN")
+        assert result["fallbacks"][ISIN_OUT]["count"] is None  # the binary's line, no simulator count
+        assert first.startswith("verify: FAILED on the real torch_npu 2.1.0.post")
+        assert (
+            "binary on the emulated CANN, not a real NPU: torch_npu is installed but did not start" in first
+        )
+    else:  # not proven there: the simulator, and the line says which entry points were missing
+        assert result["device"] == "simulator" and result["not_proven"] == []
+        assert (
+            "; the real binary on the emulated CANN proved nothing (it called " in result["simulator_reason"]
+        )
+        assert first.startswith("verify: FAILED on the simulator, not a real NPU")
+        assert "which the emulated CANN does not implement: verify --cann emulated shows that run)" in first
+    # Asked for explicitly, it runs there whatever it proves, and is never green before the fix.
+    done, explicit = verify(python, "--cann", "emulated")
+    assert explicit["device"] == "emulated_cann" and done.returncode == 1
+    assert (
+        explicit["fallbacks"][ISIN_OUT]["line"] is True and explicit["fallbacks"][ISIN_OUT]["count"] is None
+    )
+
+
+def test_after_install_hook_only_the_binary_prints_no_caution_line(python):
+    installed = ascend_env(
+        python, "install", "--hook-only", "--target", str(site_of(python)), cwd=python.parent
+    )
+    assert installed.returncode == 0, installed.stderr
+    try:
+        done, result = verify(python, "--cann", "emulated")
+        assert (
+            result["device"] == "emulated_cann" and result["simulator_reason"] == "--cann emulated was given"
+        )
+        assert "isin fallback" not in failed(result) and "hook" not in failed(result)
+        assert ISIN_OUT not in result["fallbacks"] and "CAUTION" not in done.stderr
+        assert "isin.Tensor_Tensor" in result["hook"]["registered"]
+        # Green only where every entry point the binary reached is emulated: else "not proven".
+        if result["ok"]:
+            assert done.returncode == 0 and result["not_proven"] == []
+        else:
+            assert result["not_proven"] and set(failed(result)) <= {"emulated CANN", "isin", "polar"}, failed(
+                result
+            )
+            assert done.returncode == 1
+    finally:
+        ascend_env(python, "restore", "--target", str(site_of(python)), cwd=python.parent)
+
+
+def test_cann_emulated_refuses_a_simulated_release(python):
+    done = ascend_env(python, "verify", "--cann", "emulated", "--torch-npu", "2.1.0.post6", cwd=python.parent)
+    assert done.returncode == 2 and "takes neither --torch-npu" in done.stderr
