@@ -157,7 +157,8 @@ def _run_emulated(
                 _audited.REPORTS,
                 timeout,
                 stdout,
-                lambda: process_reports.reported_pids(scratch),
+                lambda: process_reports.reported_images(scratch),
+                _audited.EXEC,
                 stderr=copy.fd,
             )
         except supervise.NotStarted as exc:
