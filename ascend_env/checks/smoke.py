@@ -261,18 +261,19 @@ def _check_overloads(
     inputs: Tuple[Any, Any],
     out_dtype: Any,
     same: Callable[[Any, Any], bool],
+    out_shape: Tuple[int, ...] = (0,),
 ) -> StepResult:
     """Each of ``calls`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
-    A call takes the two ``inputs`` (moved to ``device``) and an empty ``out_dtype`` tensor for
-    ``out=``; an overload whose name ends in ``out`` must return that tensor. ``same(got, expected)``
+    A call takes the two ``inputs`` (moved to ``device``) and an ``out_dtype`` tensor of
+    ``out_shape`` (default: empty, so that the kernel must resize it) for ``out=``; an overload whose name ends in ``out`` must return that tensor. ``same(got, expected)``
     compares the result, brought back to the CPU, with the CPU's."""
     first, second = inputs
     results: Dict[str, OverloadResult] = {}
     for name, call in calls.items():
         try:
-            expected = call(first, second, torch.empty(0, dtype=out_dtype))
-            out = torch.empty(0, dtype=out_dtype, device=device)
+            expected = call(first, second, torch.empty(out_shape, dtype=out_dtype))
+            out = torch.empty(out_shape, dtype=out_dtype, device=device)
             got = call(first.to(device), second.to(device), out)
             error = None
             if got.device.type != torch.device(device).type:
@@ -298,7 +299,14 @@ def _check_polar(torch: Any, device: str) -> StepResult:
     """Both polar overloads on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
     Within OpInfo's default tolerance of the CPU (``torch.testing.assert_close``): the CPU kernel
-    calls the C library's cos and sin, which no device op reproduces bit for bit."""
+    calls the C library's cos and sin, which no device op reproduces bit for bit.
+
+    ``out=`` gets a tensor of the result's shape, not an empty one: the polar that torch_npu
+    2.1.0.post6, 2.2.0.post2 and 2.3.1 register (never overridden) does not resize it (op-plugin
+    b761d5824d7b op_plugin/ops/base_ops/opapi/PolarKernelNpuOpApi.cpp copies its host result into
+    ``out`` with ``copy_``, which returns at once for an empty destination: Ascend/pytorch 06cec48dda7d
+    torch_npu/csrc/aten/common/CopyKernel.cpp): measured on the real 2.1.0.post6 binary, an empty
+    ``out`` comes back empty. That is torch_npu's own kernel, not a fallback nor ascend-env's fix."""
     magnitude = torch.tensor([[0.5, 1.0, 2.0], [3.0, 0.0, 1.5]])
     angle = torch.tensor([0.0, 1.0, -2.5])
     polar = torch.ops.aten.polar
@@ -310,7 +318,7 @@ def _check_polar(torch: Any, device: str) -> StepResult:
     def same(got: Any, expected: Any) -> bool:
         return bool(got.dtype == expected.dtype and torch.allclose(got, expected, 1.3e-6, 1e-5))
 
-    return _check_overloads(torch, device, calls, (magnitude, angle), torch.complex64, same)
+    return _check_overloads(torch, device, calls, (magnitude, angle), torch.complex64, same, (2, 3))
 
 
 def tiny_llama() -> Any:
