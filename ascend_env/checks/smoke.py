@@ -266,8 +266,9 @@ def _check_overloads(
     """Each of ``calls`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
     A call takes the two ``inputs`` (moved to ``device``) and an ``out_dtype`` tensor of
-    ``out_shape`` (default: empty, so that the kernel must resize it) for ``out=``; an overload whose name ends in ``out`` must return that tensor. ``same(got, expected)``
-    compares the result, brought back to the CPU, with the CPU's."""
+    ``out_shape`` (default: empty, so that the kernel must resize it) for ``out=``; an overload
+    whose name ends in ``out`` must return that tensor. ``same(got, expected)`` compares the
+    result, brought back to the CPU, with the CPU's."""
     first, second = inputs
     results: Dict[str, OverloadResult] = {}
     for name, call in calls.items():
