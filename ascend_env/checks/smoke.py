@@ -262,7 +262,8 @@ def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
     kwargs = {key: _tensors(torch, value, device) for key, value in sample.kwargs}
     outs = []
     for keyword, dtype in sample.out_keywords:
-        outs.append(torch.empty(0, dtype=getattr(torch, dtype), device=device))
+        shape = (0,) if sample.out_shape is None else sample.out_shape
+        outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=device))
         kwargs[keyword] = outs[-1]
     return getattr(packet, overload or "default")(*args, **kwargs), outs
 

@@ -84,7 +84,8 @@ class Sample:
     """One smoke-test call of ``overload``: ``args`` (a :class:`T` becomes a tensor on the device,
     anything else is passed as is) and ``kwargs``; ``out``, the dtype of an empty ``out=``
     tensor; ``outs``, ``(keyword, dtype)`` of several (``values=``, ``indices=``);
-    ``atol``/``rtol``, the tolerance against the CPU (0: equal)."""
+    ``atol``/``rtol``, the tolerance against the CPU (0: equal); ``out_shape``, the shape of the
+    ``out=`` tensors where they must not be empty (default: empty, so the kernel must resize)."""
 
     overload: str
     args: Tuple[Any, ...]
@@ -93,6 +94,7 @@ class Sample:
     atol: float = 0.0
     rtol: float = 0.0
     outs: Tuple[Tuple[str, str], ...] = ()
+    out_shape: Optional[Tuple[int, ...]] = None
 
     @property
     def out_keywords(self) -> Tuple[Tuple[str, str], ...]:
@@ -267,7 +269,18 @@ POLAR = Fix(
     host_reads=(),
     smoke=(
         Sample("polar", (_MAGNITUDE, _ANGLE), atol=_POLAR_ATOL, rtol=_POLAR_RTOL),
-        Sample("polar.out", (_MAGNITUDE, _ANGLE), out="complex64", atol=_POLAR_ATOL, rtol=_POLAR_RTOL),
+        # The polar that torch_npu 2.1.0.post6 to 2.3.1 register computes on the host and copy_()s
+        # into out=, which returns at once for an empty destination (op-plugin b761d58,
+        # PolarKernelNpuOpApi.cpp; Ascend/pytorch 06cec48, CopyKernel.cpp): on those releases
+        # out= must come sized, or it comes back empty.
+        Sample(
+            "polar.out",
+            (_MAGNITUDE, _ANGLE),
+            out="complex64",
+            atol=_POLAR_ATOL,
+            rtol=_POLAR_RTOL,
+            out_shape=(2, 3),
+        ),
     ),
     generation=True,
     host_copy=("==2.1.0.post6", "==2.2.0.post2", "==2.3.1"),

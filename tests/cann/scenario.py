@@ -74,6 +74,24 @@ def main() -> None:
         "delta": delta(before, counters()),
     }
 
+    # isin with a scalar element (isin.Scalar_Tensor: a 0-dim out) and masked_select (a dynamic
+    # output shape: the kernel sets it, aclGetViewShape reads it back), against the CPU.
+    x, mask = torch.arange(12.0).reshape(3, 4), torch.tensor([True, False, True, True])
+    before = counters()
+    scalar_isin = [torch.isin(v, tests.npu(), invert=i).cpu() for v in (4, 5) for i in (False, True)]
+    selected = [torch.masked_select(x.npu(), m.npu()).cpu() for m in (mask, x > 100)]
+    result["scalar_isin_masked_select"] = {
+        "equal": all(
+            got.shape == want.shape and torch.equal(got, want)
+            for got, want in zip(
+                scalar_isin + selected,
+                [torch.isin(v, tests, invert=i) for v in (4, 5) for i in (False, True)]
+                + [torch.masked_select(x, m) for m in (mask, x > 100)],
+            )
+        ),
+        "delta": delta(before, counters()),
+    }
+
     before = counters()
     cpu, npu = mlp_step("cpu"), mlp_step("npu")
     result["mlp"] = {

@@ -106,6 +106,19 @@ def test_a_floating_argument_is_decoded(scenario: Dict[str, Any]) -> None:
         assert layer_norm["delta"]["aclop"] == {"LayerNorm": 1}
 
 
+def test_scalar_isin_and_masked_selects_dynamic_shape(scenario: Dict[str, Any]) -> None:
+    # aclnnIsInScalarTensor (a 0-dim out) and aclnnMaskedSelect, whose output shape the kernel
+    # sets and torch_npu reads back with aclGetViewShape (one selecting nothing: shape [0]).
+    check = scenario["scalar_isin_masked_select"]
+    assert check["equal"] is True
+    assert "unimplemented" not in check["delta"]
+    if aclnn_path(scenario):
+        assert check["delta"]["aclnn"] == {"aclnnIsInScalarTensor": 4, "aclnnMaskedSelect": 2}
+    else:  # the shape comes back in the output descriptor (aclopCompileAndExecuteV2); isin with a
+        # scalar element runs on the host there (op-plugin aclops/IsInKernelNpu.cpp, b761d58)
+        assert check["delta"]["aclop"] == {"MaskedSelect": 2} and "aclnn" not in check["delta"]
+
+
 def test_mlp_training_step_equals_the_cpu(scenario: Dict[str, Any]) -> None:
     mlp = scenario["mlp"]
     assert mlp["equal"] is True and mlp["loss"][0] == pytest.approx(mlp["loss"][1], abs=1e-6)

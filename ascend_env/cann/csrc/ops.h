@@ -31,6 +31,7 @@ struct Arg {
   std::vector<Tensor> list;
   int64_t i = 0;
   double d = 0;
+  void* raw = nullptr;  // the aclTensor itself, for ops whose output shape CANN updates in place
 };
 using Args = std::vector<Arg>;
 using OpRun = std::function<void(Args&)>;
