@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import FrozenSet, List, Optional, Set, Tuple
 
 from ascend_env.cann.elf import read_names
-from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.exceptions import EnvironmentProblem, reinstall
 
 __all__ = ["WheelSymbols", "find_torch_npu", "stub_source", "wheel_symbols"]
 
@@ -69,8 +69,7 @@ def wheel_symbols(package: Optional[Path] = None) -> WheelSymbols:
     if not binaries:
         raise EnvironmentProblem(
             f"{package} holds no torch_npu binaries (_C*.so, lib/*.so).",
-            "reinstall torch_npu from its wheel "
-            "(pip install --force-reinstall --no-deps torch_npu==<release>)",
+            f"reinstall torch_npu from its wheel ({reinstall('torch_npu', '<release>')})",
         )
     provided = {path.name for path in binaries} | _torch_libraries()
     libraries: Set[str] = set()
