@@ -21,6 +21,8 @@ only its op names kept), less the ops of its ``supported:`` lists. The intersect
 strings that name no op (``_foreach_add``, a function name). Checked against the real dispatcher
 (``torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")``) for the six releases
 importable here: ``tests/cann/test_optables_binary.py``.
+From torch 2.4 the slow kernels are ``CompositeExplicitAutograd`` in ``native_functions.yaml``, not
+``CPU``, so the codegen registers none by hand (none found from 2.4.0 on, as expected).
 
 The data file stores the first release in full and every later one as the ops added and removed
 relative to the release before it, so that it stays small and its diffs stay readable.
