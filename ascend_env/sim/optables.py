@@ -5,7 +5,10 @@ A release's table is the set of aten ops its ``supported:`` lists name (see
 the ops with a native NPU kernel. ``ascend_env/data/optables/optables.json`` holds them all, the
 first release in full and each later one as the ops added and removed relative to the one before;
 ``tools/gen_optables.py`` regenerates it from the wheels. The file also records whether a release's
-binaries honour ``TORCH_NPU_FALLBACK_CPU_DISABLE``.
+binaries honour ``TORCH_NPU_FALLBACK_CPU_DISABLE``, and the upstream ``_foreach_*`` ops each release
+registers by hand (:func:`by_hand`: PyTorch's CPU kernel, a loop over the per-tensor ops, registered
+under PrivateUse1 by ``ForeachRegister.cpp``; they are in no ``supported:`` list).
+:func:`registered` is both: the upstream aten ops the release's binary registers under PrivateUse1.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from ascend_env.exceptions import REINSTALL_ASCEND_ENV, EnvironmentProblem, Usag
 
 __all__ = [
     "DATA_FILE",
+    "by_hand",
     "canonical",
     "has_fallback_disable",
     "load",
     "nearest",
     "newest",
     "read_releases",
+    "registered",
     "releases",
 ]
 
@@ -46,14 +51,16 @@ def read_releases(path: Path, what: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool]]:
-    """Version -> (release as written, ops, honours TORCH_NPU_FALLBACK_CPU_DISABLE)."""
+def _tables() -> Dict[Version, Tuple[str, FrozenSet[str], bool, FrozenSet[str]]]:
+    """Version -> (release as written, ops, honours TORCH_NPU_FALLBACK_CPU_DISABLE, by hand)."""
     records = read_releases(DATA_FILE, "op tables")
-    tables: Dict[Version, Tuple[str, FrozenSet[str], bool]] = {}
+    tables: Dict[Version, Tuple[str, FrozenSet[str], bool, FrozenSet[str]]] = {}
     ops: set[str] = set()
+    hand: set[str] = set()
     for record in records:
         ops = (ops - set(record["removed"])) | set(record["added"])
-        entry = (record["version"], frozenset(ops), bool(record["fallback_disable"]))
+        hand = (hand - set(record["by_hand_removed"])) | set(record["by_hand_added"])
+        entry = (record["version"], frozenset(ops), bool(record["fallback_disable"]), frozenset(hand))
         tables[Version(record["version"])] = entry
     return tables
 
@@ -85,7 +92,7 @@ def nearest(version: str, count: int = 3) -> List[str]:
     return [_tables()[v][0] for v in sorted(picked[:count])]
 
 
-def _entry(version: str) -> Tuple[str, FrozenSet[str], bool]:
+def _entry(version: str) -> Tuple[str, FrozenSet[str], bool, FrozenSet[str]]:
     try:
         key = Version(version)
     except InvalidVersion:
@@ -112,3 +119,15 @@ def canonical(version: str) -> str:
 def has_fallback_disable(version: str) -> bool:
     """Whether torch_npu ``version`` honours ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``."""
     return _entry(version)[2]
+
+
+def by_hand(version: str) -> FrozenSet[str]:
+    """The upstream ``_foreach_*`` ops torch_npu ``version`` registers by hand under PrivateUse1 with
+    PyTorch's CPU kernel (a loop calling the per-tensor ops on the NPU), none of them in :func:`load`."""
+    return _entry(version)[3]
+
+
+def registered(version: str) -> FrozenSet[str]:
+    """Every op torch_npu ``version`` registers under PrivateUse1 that :func:`load` or
+    :func:`by_hand` knows: what the real dispatcher shows (an op outside it falls back)."""
+    return load(version) | by_hand(version)

@@ -37,7 +37,7 @@ import os
 import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
-from ascend_env.sim import compile_mode, oppaths, steps
+from ascend_env.sim import compile_keys, compile_mode, oppaths, optables, steps
 from ascend_env.sim.reports import Counts, GuardRecord, PathsReport, RunReport, Span, Steady, Warning64Record
 from ascend_env.sim.silencing import warnings_silenced
 
@@ -168,9 +168,12 @@ class _Run:
 class Model:
     """The process's model: the op-path data, the compile cache, the steps."""
 
-    def __init__(self, data: oppaths.OpPaths, table_ops: frozenset[str]) -> None:
+    def __init__(
+        self, data: oppaths.OpPaths, table_ops: frozenset[str], by_hand: frozenset[str] = frozenset()
+    ) -> None:
         self.data = data
         self.table_ops = table_ops
+        self.by_hand = by_hand  # the _foreach_* ops registered by hand: their per-tensor loop runs
         self.seen: set[tuple[Any, ...]] = set()
         self.names: Dict[Any, str] = {}
         self.outside = Bucket()
@@ -220,9 +223,10 @@ class Model:
 
     def path(self, name: str) -> str:
         """``fallback`` (no NPU kernel: the CPU fallback runs it), ``acl_op``, ``op_api``, or
-        ``torch_npu`` (not an op-plugin op: views, copies, allocation, composites)."""
+        ``torch_npu`` (not an op-plugin op: views, copies, allocation, composites, the
+        ``_foreach_*`` ops registered by hand, whose per-tensor ops are counted one by one)."""
         if name not in self.table_ops and name not in INFRASTRUCTURE:
-            return "torch_npu" if _composite(name) else "fallback"
+            return "torch_npu" if name in self.by_hand or _composite(name) else "fallback"
         has_api = name in self.data.op_api
         has_acl = name in self.data.acl_op
         if not has_api and not has_acl:
@@ -243,16 +247,23 @@ class Model:
             for bucket in buckets:
                 bucket.syncs[name] += 1
                 bucket.sync_sites[site] += 1
-        if path != "acl_op":
+        kernel = compile_keys.acl_kernel(name, path, args, kwargs, self.path)
+        if kernel is None:
             return
         if compile_mode.jit_compile():
-            key = (name, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+            key = (
+                kernel,
+                compile_keys.positional(func, args),
+                compile_keys.signature(tuple(sorted(kwargs.items()))),
+            )
             if key not in self.seen:
                 self.seen.add(key)
                 site = self.site()
                 for bucket in buckets:
                     bucket.compiles[name] += 1
                     bucket.compile_sites[site] += 1
+        if path != "acl_op":
+            return
         for warning in self.data.warnings:
             if name in WARN_OPS.get(warning.file, ()) and _warns_64bit(warning, name, args, kwargs):
                 self.warn(warning, name, buckets)
@@ -483,19 +494,6 @@ def _warns_64bit(
     return promoted == torch.int64
 
 
-def _signature(value: Any) -> Any:
-    """A hashable stand-in for an argument: a tensor by shape and dtype, anything else by value."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return ("T", tuple(value.shape), str(value.dtype))
-    if isinstance(value, (list, tuple)):
-        return tuple(_signature(item) for item in value)
-    if isinstance(value, (int, float, bool, str, type(None))):
-        return value
-    return repr(value)
-
-
 def _write_fd2(line: str) -> None:
     data = line.encode("utf-8")
     while data:
@@ -537,7 +535,7 @@ def start() -> Model:
             + " known releases)",
         )
     compile_mode.soc()  # a bad $ASCEND_ENV_SOC fails here, before anything runs
-    model = Model(data, sim.enabled_ops())
+    model = Model(data, sim.enabled_ops(), optables.by_hand(data.version))
     _MODEL.append(model)
     _push_mode(model)
     steps.listen(model)

@@ -100,7 +100,7 @@ names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
 @given(
     st.dictionaries(
         st.from_regex(r"2\.[1-9]\.[0-9](\.post[0-9]{1,2})?", fullmatch=True),
-        st.frozensets(names, max_size=12),
+        st.tuples(st.frozensets(names, max_size=12), st.frozensets(names, max_size=6)),
         min_size=1,
         max_size=6,
     )
@@ -108,8 +108,13 @@ names = st.from_regex(r"[a-z_]{1,8}(\.[A-Za-z_]{1,6})?", fullmatch=True)
 def test_generator_encoding_round_trips(tables):
     gen = load_generator()
     full = {
-        v: {"ops": sorted(ops), "wheel": f"w-{v}.whl", "fallback_disable": len(ops) % 2 == 0}
-        for v, ops in tables.items()
+        v: {
+            "ops": sorted(ops),
+            "by_hand": sorted(hand),
+            "wheel": f"w-{v}.whl",
+            "fallback_disable": len(ops) % 2 == 0,
+        }
+        for v, (ops, hand) in tables.items()
     }
     assert gen.decode(gen.encode(full)) == full
 
@@ -125,3 +130,75 @@ def test_the_generator_reads_the_releases_from_pips_own_listing():
     assert generator.available_versions(listing) == ["2.1.0.post3", "2.1.0.post6", "2.4.0", "2.14.0"]
     with pytest.raises(SystemExit, match="no 'Available versions:' line"):
         generator.available_versions("ERROR: No matching distribution found for torch_npu\n")
+
+
+# --- the _foreach_* ops registered by hand (ForeachRegister.cpp) -------------------------------------
+
+NATIVE_FUNCTIONS_EXCERPT = """\
+- func: _foreach_add.Scalar(Tensor[] self, Scalar scalar) -> Tensor[]
+  device_check: NoCheck
+  variants: function
+  dispatch:
+    CPU: foreach_tensor_add_scalar_kernel_slow
+  autogen: _foreach_add.Scalar_out
+
+- func: _foreach_lgamma(Tensor[] self) -> Tensor[]
+  dispatch:
+    CPU: foreach_tensor_lgamma_slow
+
+- func: _foreach_lgamma_(Tensor(a!)[] self) -> ()
+
+- func: isin.Tensor_Tensor_out(Tensor elements, Tensor test_elements, *, Tensor(a!) out) -> Tensor(a!)
+"""
+
+
+def test_the_generator_reads_upstream_schema_names():
+    gen = load_generator()
+    names = gen.schema_names(NATIVE_FUNCTIONS_EXCERPT)
+    assert names == {"_foreach_add.Scalar", "_foreach_lgamma", "_foreach_lgamma_", "isin.Tensor_Tensor_out"}
+
+
+def test_the_generator_finds_the_foreach_string_literals_of_a_library():
+    # A literal may be the tail of a longer one (the linker merges string tails): after "::" it
+    # counts; inside an identifier it does not. Names that are no upstream op drop out later.
+    gen = load_generator()
+    library = (
+        b"\x7fELF\x00_foreach_lgamma\x00_foreach_add.Scalar\x00_foreach_add\x00"
+        b"wrapper_NPU__foreach_sub_\x00npu::_foreach_x\x00_foreach_mul.Tensor\x00_foreach_div_unterminated"
+    )
+    assert gen.foreach_strings(library) == {
+        "_foreach_lgamma",
+        "_foreach_add.Scalar",
+        "_foreach_add",
+        "_foreach_mul.Tensor",
+        "_foreach_x",
+    }
+
+
+def test_by_hand_is_the_upstream_foreach_strings_the_yaml_lacks():
+    gen = load_generator()
+    strings = frozenset({"_foreach_lgamma", "_foreach_add", "_foreach_add.Scalar", "_foreach_mul.Tensor"})
+    upstream = frozenset({"_foreach_lgamma", "_foreach_add.Scalar", "_foreach_mul.Tensor", "add.Tensor"})
+    supported = frozenset({"_foreach_add.Scalar", "add.Tensor"})
+    # _foreach_add names no op (a function name), _foreach_add.Scalar has an NPU kernel.
+    assert gen.by_hand(strings, upstream, supported) == {"_foreach_lgamma", "_foreach_mul.Tensor"}
+    assert gen.by_hand(frozenset({"add.Tensor"}), upstream, frozenset()) == frozenset()
+
+
+def test_the_torch_of_a_release_drops_the_post():
+    gen = load_generator()
+    assert gen.torch_of("2.1.0.post6") == "2.1.0"
+    assert gen.torch_of("2.9.1") == "2.9.1"
+
+
+def test_the_shipped_foreach_ops_registered_by_hand():
+    # Measured on the real 2.1.0.post6 binary (its dispatcher's PrivateUse1 registrations): 60.
+    hand = optables.by_hand("2.1.0.post6")
+    assert len(hand) == 60
+    assert {"_foreach_lgamma", "_foreach_lgamma_", "_foreach_mul.Tensor", "_foreach_norm.Scalar"} <= hand
+    assert "_foreach_add.Scalar" in optables.load("2.1.0.post6") and "_foreach_add.Scalar" not in hand
+    for version in optables.releases():
+        hand = optables.by_hand(version)
+        assert all(name.startswith("_foreach_") for name in hand), version
+        assert not hand & optables.load(version), version
+        assert optables.registered(version) == optables.load(version) | hand

@@ -9,7 +9,7 @@ from pathlib import Path
 from sim_source import cpp, cpp_block
 
 from ascend_env import sim
-from ascend_env.sim import oppaths, paths
+from ascend_env.sim import compile_keys, oppaths, optables, paths
 from ascend_env.sim.reports import Counts, PathsReport, RunReport, Span, Steady, Warning64Record
 
 # ---------------------------------------------------------------- the mirrors of sim/csrc/sim_backend.cpp
@@ -80,3 +80,49 @@ def test_steady_compiles_counts_every_generate_from_the_steady_step():
 def test_the_table_is_asked_of_the_simulator():
     assert sim.enabled_table() is None and sim.enabled_ops() == frozenset()
     assert Path(sim.shim_path(), "sitecustomize.py").is_file()
+
+
+def test_a_foreach_op_registered_by_hand_runs_on_the_npu_not_the_fallback(monkeypatch):
+    # 2.1.0.post6 registers _foreach_lgamma by hand (ForeachRegister.cpp): its per-tensor loop runs,
+    # each lgamma counted by itself; an upstream op the release registers nowhere falls back. On
+    # torch 2.1 these ops have a CPU kernel only (no CompositeExplicitAutograd one, as from 2.4).
+    monkeypatch.setattr(paths, "_composite", lambda name: False)
+    data = oppaths.lookup("2.1.0.post6")
+    model = paths.Model(data, optables.load("2.1.0.post6"), optables.by_hand("2.1.0.post6"))
+    assert model.path("_foreach_lgamma") == "torch_npu"
+    assert model.path("_foreach_mul.Tensor") == "torch_npu"
+    assert model.path("isin.Tensor_Tensor_out") == "fallback"
+    assert paths.Model(data, optables.load("2.1.0.post6")).path("_foreach_lgamma") == "fallback"
+
+
+def test_the_kernel_a_call_reaches_follows_the_real_binary():
+    # Measured on the real 2.1.0.post6 with ACL_OP_JIT_COMPILE on (tests/cann/test_paths_binary.py).
+    def route(name):
+        return "acl_op" if name in {"fill_.Scalar", "masked_fill_.Scalar", "add.Tensor"} else "torch_npu"
+
+    kernel = compile_keys.acl_kernel
+    assert kernel("add.Tensor", "acl_op", (), {}, route) == "add.Tensor"
+    # dropout when not training runs nothing; when training, its kernel
+    assert kernel("dropout", "acl_op", (None, 0.1, False), {}, route) is None
+    assert kernel("dropout", "acl_op", (None, 0.0, True), {}, route) is None
+    assert kernel("dropout", "acl_op", (None, 0.1, True), {}, route) == "dropout"
+    # a composite reaches the op-plugin kernel inside it
+    assert kernel("masked_fill.Scalar", "torch_npu", (), {}, route) == "masked_fill_.Scalar"
+    assert kernel("full", "torch_npu", ([2, 3], 1.0), {}, route) == "fill_.Scalar"
+    assert kernel("full", "torch_npu", ([2, 3], 1.0), {}, lambda name: "op_api") is None
+    assert kernel("unsqueeze", "torch_npu", (), {}, route) is None
+
+
+def test_a_scalar_compiles_by_its_type_not_its_value():
+    class Arg:
+        def __init__(self, kind):
+            self.type = kind
+
+    class Func:
+        class _schema:
+            arguments = [Arg("Tensor"), Arg("Scalar"), Arg("int")]
+
+    signature = compile_keys.positional
+    assert signature(Func, (None, 3, 1)) == signature(Func, (None, 4, 1))
+    assert signature(Func, (None, 3, 1)) != signature(Func, (None, 3.0, 1))
+    assert signature(Func, (None, 3, 1)) != signature(Func, (None, 3, 2))  # an int attribute counts

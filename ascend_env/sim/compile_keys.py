@@ -1,0 +1,77 @@
+"""What a call compiles online on a real NPU (``aclopCompileAndExecute``): which kernel it reaches and
+the key a compiled kernel is cached under, for the dispatch-path model (:mod:`ascend_env.sim.paths`).
+Checked against the real torch_npu 2.1.0.post6 binary on the emulated CANN
+(``tests/cann/test_paths_binary.py``). Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["acl_kernel", "positional", "signature"]
+
+# Measured on the real torch_npu 2.1.0.post6 with ACL_OP_JIT_COMPILE on (tests/cann/test_paths_binary.py):
+# these ops run no kernel when not training (the input comes back), ...
+_NO_KERNEL_UNLESS_TRAINING = frozenset(
+    {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+)
+# ... these composites of torch reach one op-plugin kernel inside (its aclopCompileAndExecute counted
+# under the outer op: Fill, MaskedFill), which the dispatch mode does not see by itself ...
+_INNER_KERNEL = {
+    "full": "fill_.Scalar",
+    "new_ones": "fill_.Scalar",
+    "new_full": "fill_.Scalar",
+    "masked_fill.Scalar": "masked_fill_.Scalar",
+    "masked_fill.Tensor": "masked_fill_.Tensor",
+}
+# ... and a copy whose source is not contiguous (a slice, an expanded or transposed view) compiles
+# the view's own kernel (AsStrided, BroadcastTo, Slice) before the copy.
+_COPIES = frozenset({"clone", "contiguous", "copy_", "_to_copy"})
+
+
+def acl_kernel(
+    name: str, path: str, args: tuple[Any, ...], kwargs: dict[str, Any], route: Any
+) -> Optional[str]:
+    """The op whose ``aclopCompileAndExecute`` a call of ``name`` (dispatched down ``path``) reaches,
+    or None where it reaches none. ``route`` gives another op's path."""
+    if name in _NO_KERNEL_UNLESS_TRAINING:
+        train = args[2] if len(args) > 2 else kwargs.get("train", True)
+        probability = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+        if not train or probability == 0:
+            return None
+    if path == "acl_op":
+        return name
+    inner = _INNER_KERNEL.get(name)
+    if inner is not None and route(inner) == "acl_op":
+        return inner
+    if name in _COPIES and any(not t.is_contiguous() for t in args[:1] if hasattr(t, "is_contiguous")):
+        return "non-contiguous " + name
+    return None
+
+
+def positional(func: Any, args: tuple[Any, ...]) -> Any:
+    """:func:`signature` of the positional arguments, where a ``Scalar`` counts by its type only:
+    torch_npu hands a scalar to aclopCompileAndExecute as a host-placed input, not an attribute,
+    so its value compiles nothing new (``ge.Scalar`` against each step's position)."""
+    arguments = func._schema.arguments
+    found = []
+    for index, value in enumerate(args):
+        declared = str(arguments[index].type) if index < len(arguments) else ""
+        if declared == "Scalar" and isinstance(value, (int, float, bool)):
+            found.append(("S", type(value).__name__))
+        else:
+            found.append(signature(value))
+    return tuple(found)
+
+
+def signature(value: Any) -> Any:
+    """A hashable stand-in for an argument: a tensor by shape and dtype, anything else by value."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), str(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return tuple(signature(item) for item in value)
+    if isinstance(value, (int, float, bool, str, type(None))):
+        return value
+    return repr(value)
