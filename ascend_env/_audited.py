@@ -4,7 +4,8 @@
 audited command starts. Most such processes (a shell helper, pip, a tokenizer worker) never import
 torch, so start-up stays light: this module sits outside :mod:`ascend_env.sim` (whose package
 imports cost more than a whole Python start) and imports only what a bare interpreter has loaded,
-plus :mod:`ascend_env.utils.importhooks`. It
+plus :mod:`ascend_env.utils.importhooks` and :mod:`ascend_env.utils.jsonwrite` (its reports'
+writer). It
 
 - writes the process's first report at once (a light one: no torch), so that the audit can tell
   an audited process from one that ran outside the simulator (``python -I``, ``-E``, ``-S``);
@@ -48,6 +49,8 @@ import atexit
 import os
 import sys
 
+from ascend_env.utils.jsonwrite import write_json
+
 # No typing at run time: it costs more than the rest of this start-up (mypy takes the name
 # TYPE_CHECKING as true).
 TYPE_CHECKING = False
@@ -73,8 +76,6 @@ __all__ = [
     "current",
     "install",
     "start_from_environment",
-    "to_json",
-    "write_json",
 ]
 
 #: Where each audited process writes its report: the audit's report directory.
@@ -574,70 +575,3 @@ class _EmulatedCann:
 def _add_emulated_cann(label: Optional[str]) -> None:
     if not any(isinstance(finder, _EmulatedCann) for finder in sys.meta_path):
         sys.meta_path.insert(0, _EmulatedCann(label))
-
-
-# ------------------------------------------------------------------------------- writing
-
-
-def write_json(path: str, data: Any) -> None:
-    """Replace ``path`` by the JSON text of ``data`` in one step (``ascend_env.utils.atomic``'s
-    rule, without its imports): a temporary file, then ``os.replace``; never a part."""
-    text = to_json(data).encode("ascii")
-    directory, name = os.path.split(path)
-    partial = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(partial, path)
-    except BaseException:
-        try:
-            os.unlink(partial)
-        except OSError:
-            pass
-        raise
-
-
-def to_json(value: Any) -> str:
-    """``json.dumps(value)`` for the types a report holds (None, bool, int, float, str, lists and
-    dicts with string keys), ASCII only; the json module's import costs more than a report."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else "null"
-    if isinstance(value, str):
-        return _string(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_string(str(k))}: {to_json(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(to_json(v) for v in value) + "]"
-    return _string(str(value))
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
-
-
-def _string(text: str) -> str:
-    out = []
-    for char in text:
-        code = ord(char)
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif 0x20 <= code < 0x7F:
-            out.append(char)
-        elif code <= 0xFFFF:  # lone surrogates (undecodable bytes in argv) included, as json does
-            out.append(f"\\u{code:04x}")
-        else:
-            code -= 0x10000
-            out.append(f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}")
-    return '"' + "".join(out) + '"'

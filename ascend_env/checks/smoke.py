@@ -36,18 +36,18 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ascend_env.checks.smoke_fixes import check_fix
 from ascend_env.checks.smoke_report import (
     Backend,
     CompileRecord,
     Imports,
     Installation,
-    OverloadResult,
     SmokeReport,
     StepResult,
 )
-from ascend_env.kernels.registry import FIXES, Fix, Sample, by_name
+from ascend_env.kernels.registry import FIXES, by_name
 from ascend_env.utils import atomic, progress
 
 __all__ = [
@@ -59,7 +59,6 @@ __all__ = [
     "PROMPT",
     "SILENCERS",
     "STEPS",
-    "check_fix",
     "import_torch_npu",
     "installation",
     "main",
@@ -243,75 +242,6 @@ def _start_simulator(torch_npu: Optional[str], order: str) -> Backend:
         "imports": import_torch_npu(order),
         "chosen": table.chosen,
     }
-
-
-def _tensors(torch: Any, value: Any, device: str) -> Any:
-    """A smoke sample's argument: a tensor on ``device`` for a :class:`~ascend_env.kernels.registry.T`."""
-    from ascend_env.kernels.registry import T
-
-    if isinstance(value, T):
-        return torch.tensor(value.values, dtype=getattr(torch, value.dtype), device=device)
-    return value
-
-
-def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
-    """Run ``sample`` of ``fix`` on ``device``: the result and the ``out=`` tensor (or None)."""
-    name, _, overload = sample.overload.partition(".")
-    packet = getattr(getattr(torch.ops, fix.namespace), name)
-    args = [_tensors(torch, value, device) for value in sample.args]
-    kwargs = {key: _tensors(torch, value, device) for key, value in sample.kwargs}
-    outs = []
-    for keyword, dtype in sample.out_keywords:
-        shape = (0,) if sample.out_shape is None else sample.out_shape
-        outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=device))
-        kwargs[keyword] = outs[-1]
-    return getattr(packet, overload or "default")(*args, **kwargs), outs
-
-
-def _results(got: Any) -> List[Any]:
-    """A call's tensors: none (``_assert_async``), one, or a tuple's."""
-    return [] if got is None else list(got) if isinstance(got, (tuple, list)) else [got]
-
-
-def _same(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
-    """Whether ``got`` (on the CPU) is ``expected``, tensor by tensor, within the sample's tolerance."""
-    got, expected = _results(got), _results(expected)
-    return len(got) == len(expected) and all(_same_tensor(torch, a, b, sample) for a, b in zip(got, expected))
-
-
-def _same_tensor(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
-    if got.dtype != expected.dtype or got.shape != expected.shape:
-        return False
-    if sample.atol == 0 and sample.rtol == 0:
-        return bool(torch.equal(got, expected))
-    return bool(torch.allclose(got, expected, sample.rtol, sample.atol, equal_nan=True))
-
-
-def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
-    """Each smoke sample of ``fix`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
-
-    An ``out=`` overload must return its ``out`` tensor; the result, brought back to the CPU, must
-    equal the CPU's (within the sample's tolerance)."""
-    if fix.requires is not None:
-        importlib.import_module(fix.requires)  # defines the op (the hook hears of it)
-    results: Dict[str, OverloadResult] = {}
-    for sample in fix.smoke:
-        try:
-            expected, _ = _call(torch, fix, sample, "cpu")
-            got, outs = _call(torch, fix, sample, device)
-            tensors = _results(got)
-            error = None
-            if any(tensor.device.type != torch.device(device).type for tensor in tensors):
-                error = f"the result is on {[str(tensor.device) for tensor in tensors]}, not {device}"
-            elif outs and [t.data_ptr() for t in tensors] != [t.data_ptr() for t in outs]:
-                error = "the result is not the out= tensor"
-            elif not _same(torch, tuple(tensor.cpu() for tensor in tensors), expected, sample):
-                mine = [tensor.cpu().tolist() for tensor in tensors]
-                error = f"{mine} differs from the CPU's {[tensor.tolist() for tensor in _results(expected)]}"
-        except Exception as exc:  # a fallback refused by TORCH_NPU_FALLBACK_CPU_DISABLE, or a bug
-            error = f"{type(exc).__name__}: {exc}"
-        results[sample.overload] = {"ok": error is None, "error": error}
-    return {"overloads": results}
 
 
 def tiny_llama() -> Any:

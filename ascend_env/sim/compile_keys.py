@@ -6,6 +6,7 @@ Checked against the real torch_npu 2.1.0.post6 binary on the emulated CANN
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 __all__ = ["acl_kernel", "positional", "signature"]
@@ -66,9 +67,8 @@ def positional(func: Any, args: tuple[Any, ...]) -> Any:
 
 def signature(value: Any) -> Any:
     """A hashable stand-in for an argument: a tensor by shape and dtype, anything else by value."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # no torch imported: no tensor to tell apart
+    if torch is not None and isinstance(value, torch.Tensor):
         return ("T", tuple(value.shape), str(value.dtype))
     if isinstance(value, (list, tuple)):
         return tuple(signature(item) for item in value)

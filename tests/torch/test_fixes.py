@@ -16,18 +16,18 @@ from ascend_env.sim import optables
 SCRIPT = """
 import importlib, json, torch
 from ascend_env import sim
-from ascend_env.checks import smoke
+from ascend_env.checks import smoke_fixes
 from ascend_env.hook import runtime
 from ascend_env.kernels import registry
 sim.enable({table!r})
 fix = registry.by_name()[{name!r}]
 if fix.requires is not None:
     importlib.import_module(fix.requires)
-before = smoke.check_fix(torch, fix, "npu")["overloads"]
+before = smoke_fixes.check_fix(torch, fix, "npu")["overloads"]
 fell_back = dict(sim.fallbacks())
 sim.reset()
 registered = runtime.activate("torch_npu")
-after = smoke.check_fix(torch, fix, "npu")["overloads"]
+after = smoke_fixes.check_fix(torch, fix, "npu")["overloads"]
 print(json.dumps({{
     "before": before, "fell_back": fell_back, "registered": registered,
     "after": after, "after_fell_back": dict(sim.fallbacks()), "errors": runtime.status()["errors"],

@@ -233,7 +233,8 @@ def test_text_report_shows_the_step_table(capsys, script):
     # and says what it did not find (the isin fallback above is not what was asked).
     assert code == 0, out
     assert out.splitlines()[-1] == (
-        "audit passed on torch_npu 2.1.0.post6 (--fail-on syncs): no host syncs outside transformers' "
+        "audit passed on the simulator "
+        "(torch_npu 2.1.0.post6's op table) (--fail-on syncs): no host syncs outside transformers' "
         "own code in 1 audited Python process"
     )
     assert "dispatch paths on SoC Ascend910A, JIT compile on at exit" in out

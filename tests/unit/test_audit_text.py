@@ -104,7 +104,8 @@ def test_a_pass_under_other_findings_says_what_it_did_not_find():
     fell_back = findings_from("2.1.0.post6", ["x"], Outcome(10, 0), [report(10, {ISIN: 1}, done)])
     assert audit_text.verdict(fell_back, ("64bit",)) == (
         0,
-        "audit passed on torch_npu 2.1.0.post6 (--fail-on 64bit): no 64-bit warnings in 1 audited "
+        "audit passed on the simulator "
+        "(torch_npu 2.1.0.post6's op table) (--fail-on 64bit): no 64-bit warnings in 1 audited "
         "Python process",
     )
     assert audit_text.verdict(fell_back, ("fallbacks",)).code == 1
@@ -158,13 +159,15 @@ def test_a_process_audit_had_to_stop_is_in_the_verdict():
     findings = findings_from("2.4.0", ["x"], Outcome(10, 0, None, False, 2), [report(10, end=done)])
     passed = audit_text.verdict(findings)
     assert passed.code == 0 and passed.line == (
-        "audit passed on torch_npu 2.4.0: nothing fell back to the CPU in 1 audited Python process, "
+        "audit passed on the simulator "
+        "(torch_npu 2.4.0's op table): nothing fell back to the CPU in 1 audited Python process, "
         "but audit stopped 2 processes still running after the command ended: what they would have "
         "done later is not audited (--fail-on stopped fails)"
     )
     failed = audit_text.verdict(findings, ("fallbacks", "stopped"))
     assert failed.code == 1 and failed.line.startswith(
-        "audit failed on torch_npu 2.4.0: audit stopped 2 processes still running after the command "
+        "audit failed on the simulator "
+        "(torch_npu 2.4.0's op table): audit stopped 2 processes still running after the command "
         "ended (what they did after that is not audited); fix: let the command wait"
     )
     lines = audit_text.format_text(findings, ("stopped",)).splitlines()
@@ -190,7 +193,7 @@ def test_fail_on_stopped_is_an_option_that_needs_no_paths(monkeypatch, capsys):
     assert paths_report.parse_fail_on("fallbacks,stopped") == ("fallbacks", "stopped")
     asked = {}
 
-    def run(command, torch_npu=None, timeout=None, soc=None, paths=False, stdout=None):
+    def run(command, torch_npu=None, timeout=None, soc=None, paths=False, stdout=None, **emulated):
         asked["paths"] = paths
         return findings_from(
             "2.4.0", command, Outcome(10, 0, None, False, 1), [report(10, end={"how": "exit"})]

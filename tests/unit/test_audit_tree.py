@@ -123,7 +123,8 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     code = main(["audit", "--torch-npu", "2.4.0", "--", "env", path, PY, "-c", "pass"])
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == (
-        "audit failed on torch_npu 2.4.0: 1 Python process ran unaudited; fix: run the command with a "
+        "audit failed on the simulator "
+        "(torch_npu 2.4.0's op table): 1 Python process ran unaudited; fix: run the command with a "
         f"Python that has ascend-env (this one: {sys.executable}), or install ascend-env into {PY}: "
         f"{origin.install_command(PY)}"
     )
@@ -314,7 +315,13 @@ def test_a_python_that_never_imports_torch_loads_almost_nothing(tmp_path, vendor
         )
         for environ in (base, env)
     )
-    added = {"ascend_env", "ascend_env._audited", "ascend_env.utils", "ascend_env.utils.importhooks"}
+    added = {
+        "ascend_env",
+        "ascend_env._audited",
+        "ascend_env.utils",
+        "ascend_env.utils.importhooks",
+        "ascend_env.utils.jsonwrite",
+    }
     assert audited - plain == added
     (report,) = process_reports.collect(reports)
     assert report["torch"] is False and report["end"] == {"how": "exit"} and report["table"] is None

@@ -18,6 +18,7 @@ from typing import List
 from ascend_env import _audited
 from ascend_env.checks import process_reports
 from ascend_env.sim.reports import ProcessReport
+from ascend_env.utils import jsonwrite
 
 ROOT = str(Path(_audited.__file__).resolve().parents[1])
 
@@ -215,7 +216,7 @@ def test_what_the_reporter_writes_reads_back(tmp_path):
         "nested": [[1], {"k": None}],
     }
     path = str(tmp_path / "3-x.json")
-    _audited.write_json(path, data)
+    jsonwrite.write_json(path, data)
     text = Path(path).read_text(encoding="ascii")
 
     assert json.loads(text) == data
