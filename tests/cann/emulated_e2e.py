@@ -102,9 +102,9 @@ def fitting_wheel() -> Path:
 
 def lacks_isin(release: str) -> bool:
     """Whether torch_npu ``release`` has no NPU kernel for isin.Tensor_Tensor_out (the registry's word)."""
-    from ascend_env.kernels.registry import FIXES
+    from ascend_env.kernels.registry import OVERLOADS
 
-    return any(fix.op == "isin.Tensor_Tensor_out" and fix.needed_by(release) for fix in FIXES)
+    return any(op.op == "isin.Tensor_Tensor_out" and op.needed_by(release) for op in OVERLOADS)
 
 
 def misfit_wheel() -> Path:

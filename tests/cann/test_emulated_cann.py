@@ -22,9 +22,9 @@ def isin_falls_back() -> bool:
     """Whether the installed torch_npu lacks an NPU isin (then its own CPU fallback runs it)."""
     from importlib.metadata import version
 
-    from ascend_env.kernels.registry import FIXES
+    from ascend_env.kernels.registry import OVERLOADS
 
-    fix = next(fix for fix in FIXES if fix.op == "isin.Tensor_Tensor_out")
+    fix = next(op for op in OVERLOADS if op.op == "isin.Tensor_Tensor_out")
     return bool(fix.needed_by(version("torch_npu")))
 
 
