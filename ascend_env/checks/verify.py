@@ -309,19 +309,24 @@ def _without_npu(options: Options, environ: Mapping[str, str], reason: str) -> T
 
     if emulated.available() is None:
         env = child_environment(environ, simulate=True, fallback_disable=True)
-        smoke = run_smoke(options, "emulated", STEPS, env)
-        missing = emulated.unimplemented(smoke.report.get("emulated_cann") or {})
-        missing += [name for name in emulated.unimplemented_in(smoke.stderr) if name not in missing]
-        if "device_error" not in smoke.report and not missing:
-            return smoke, reason + ": the real binary ran on the emulated CANN"
-        if missing:  # not proven there: the automatic choice takes the next best, and says why
-            reason += (
-                f"; the real binary on the emulated CANN proved nothing (it called {', '.join(missing)}, "
-                "which the emulated CANN does not implement: verify --cann emulated shows that run)"
-            )
+        try:
+            smoke = run_smoke(options, "emulated", STEPS, env)
+        except EnvironmentProblem as exc:  # no binaries to emulate under, no compiler: say so
+            reason += f"; the emulated CANN could not run it ({exc.problem.splitlines()[0]})"
         else:
-            why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
-            reason += f"; the emulated CANN could not run it ({why_not})"
+            missing = emulated.unimplemented(smoke.report.get("emulated_cann") or {})
+            missing += [name for name in emulated.unimplemented_in(smoke.stderr) if name not in missing]
+            if "device_error" not in smoke.report and not missing:
+                return smoke, reason + ": the real binary ran on the emulated CANN"
+            if missing:  # not proven there: the automatic choice takes the next best, and says why
+                reason += (
+                    f"; the real binary on the emulated CANN proved nothing (it called "
+                    f"{', '.join(missing)}, which the emulated CANN does not implement: verify --cann "
+                    "emulated shows that run)"
+                )
+            else:
+                why_not = (smoke.report["device_error"].strip().splitlines() or ["no reason given"])[0]
+                reason += f"; the emulated CANN could not run it ({why_not})"
     smoke = run_smoke(options, "sim", STEPS, child_environment(environ, simulate=True, fallback_disable=True))
     return smoke, reason
 

@@ -321,6 +321,9 @@ def test_verify_fails_where_the_machine_has_an_npu_and_torch_npu_cannot_start(
     assert "torch_npu is installed but did not start (ImportError: libhccl.so" in build.stdout
     no_npu = "this machine has no NPU (no /dev/davinci* devices, and npu-smi info does not answer)"
     assert no_npu in build.stdout
+    # Its binary first, on the emulated CANN: this torch_npu has none, and the line says so.
+    assert "the emulated CANN could not run it (" in build.stdout
+    assert "holds no torch_npu binaries" in build.stdout
     # --device npu never falls back to the simulator, NPU or not.
     forced = sh(shared, "python -m ascend_env verify --device npu", env)
     assert forced.returncode == 1 and "FAIL  device: npu:0 did not start" in forced.stdout
