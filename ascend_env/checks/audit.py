@@ -23,7 +23,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import ascend_env.sim.paths
 from ascend_env import _audited, sim
@@ -97,27 +97,7 @@ def run(
             env[ascend_env.sim.paths.ENV] = "1"
         else:
             env.pop(ascend_env.sim.paths.ENV, None)
-        try:
-            supervised = supervise.supervise(
-                command,
-                env,
-                scratch,
-                _audited.REPORTS,
-                timeout,
-                stdout,
-                lambda: process_reports.reported_images(scratch),
-                _audited.EXEC,
-            )
-        except supervise.NotStarted as exc:
-            raise UsageError(f"{exc}.", "check the command after '--'") from None
-        outcome = Outcome(
-            supervised.pid,
-            supervised.returncode,
-            timeout,
-            supervised.timed_out,
-            supervised.stopped,
-            _unaudited(supervised.tree, scratch),
-        )
+        outcome = _supervised(command, env, scratch, timeout, stdout)
         reports = process_reports.read_reports(scratch)
     finally:
         _remove(scratch)
@@ -150,29 +130,9 @@ def _run_emulated(
     try:
         env = emulated_audit.environment(choice, scratch, soc_name)
         try:
-            supervised = supervise.supervise(
-                command,
-                env,
-                scratch,
-                _audited.REPORTS,
-                timeout,
-                stdout,
-                lambda: process_reports.reported_images(scratch),
-                _audited.EXEC,
-                stderr=copy.fd,
-            )
-        except supervise.NotStarted as exc:
-            raise UsageError(f"{exc}.", "check the command after '--'") from None
+            outcome = _supervised(command, env, scratch, timeout, stdout, copy.fd)
         finally:
             copy.finish()
-        outcome = Outcome(
-            supervised.pid,
-            supervised.returncode,
-            timeout,
-            supervised.timed_out,
-            supervised.stopped,
-            _unaudited(supervised.tree, scratch),
-        )
         reports = process_reports.read_reports(scratch)
     finally:
         copy.finish()
@@ -238,6 +198,40 @@ def _remove(directory: Path) -> None:
         if not directory.exists():
             return
         time.sleep(proctree.TICK)
+
+
+def _supervised(
+    command: Sequence[str],
+    env: Dict[str, str],
+    scratch: Path,
+    timeout: Optional[float],
+    stdout: supervise.Output,
+    stderr: supervise.Output = None,
+) -> Outcome:
+    """Run ``command`` under supervision (its whole tree followed by process image, stopped on a
+    timeout or a signal) and say how it ended; the simulator's audit and the emulated CANN's alike."""
+    try:
+        supervised = supervise.supervise(
+            command,
+            env,
+            scratch,
+            _audited.REPORTS,
+            timeout,
+            stdout,
+            lambda: process_reports.reported_images(scratch),
+            _audited.EXEC,
+            stderr=stderr,
+        )
+    except supervise.NotStarted as exc:
+        raise UsageError(f"{exc}.", "check the command after '--'") from None
+    return Outcome(
+        supervised.pid,
+        supervised.returncode,
+        timeout,
+        supervised.timed_out,
+        supervised.stopped,
+        _unaudited(supervised.tree, scratch),
+    )
 
 
 def _unaudited(tree: proctree.Tree, reports: Path) -> List[Unaudited]:
