@@ -17,7 +17,15 @@ from ascend_env import _audited, sim
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import optables, startup
 
-__all__ = ["AFFECTED", "Table", "affected_releases", "audited_environment", "choose_table", "releases_asked"]
+__all__ = [
+    "AFFECTED",
+    "Table",
+    "affected_releases",
+    "audited_environment",
+    "choose_table",
+    "installed_torch_npu",
+    "releases_asked",
+]
 
 #: ``--torch-npu affected``: every release that lacks an NPU kernel ascend-env registers for an op
 #: that transformers' generation reaches.
@@ -54,7 +62,7 @@ def releases_asked(value: Optional[str]) -> List[Optional[str]]:
     return chosen
 
 
-def _installed_torch_npu() -> Optional[Path]:
+def installed_torch_npu() -> Optional[Path]:
     """The package directory of the torch_npu installed in this Python, without importing it."""
     try:
         spec = importlib.util.find_spec("torch_npu")
@@ -88,7 +96,7 @@ def choose_table(torch_npu: Optional[str]) -> Table:
     if torch_npu:
         version = optables.canonical(torch_npu)
         return Table(version, "given", _autoloads(version), {startup.TORCH_NPU: version})
-    package = _installed_torch_npu()
+    package = installed_torch_npu()
     if package is not None:
         try:
             version = importlib.metadata.version("torch_npu")

@@ -34,6 +34,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from ascend_env.checks import tables
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 from ascend_env.utils import buildcache
 
@@ -144,16 +145,6 @@ def _is_version(text: str) -> bool:
     return True
 
 
-def _installed_package() -> Optional[Path]:
-    try:
-        spec = importlib.util.find_spec("torch_npu")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def choose(release: Optional[str], wheel: Optional[Path]) -> Choice:
     """The torch_npu to run (see the module's docstring), checked to fit; fetched and unpacked
     first where it must be."""
@@ -170,7 +161,7 @@ def choose(release: Optional[str], wheel: Optional[Path]) -> Choice:
             )
         check_fit(version, tags, f"the wheel {wheel.name}")
         return Choice(version, "wheel", unpack(wheel), wheel)
-    installed = _installed("torch_npu") if _installed_package() is not None else None
+    installed = _installed("torch_npu") if tables.installed_torch_npu() is not None else None
     if release is None:
         if installed is None:
             raise UsageError(

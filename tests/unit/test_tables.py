@@ -42,7 +42,7 @@ def test_bad_releases_are_usage_errors(value):
 def test_with_none_named_and_none_installed_the_oldest_release_runs(monkeypatch):
     from ascend_env.sim import optables
 
-    monkeypatch.setattr(tables, "_installed_torch_npu", lambda: None)
+    monkeypatch.setattr(tables, "installed_torch_npu", lambda: None)
     table = tables.choose_table(None)  # audit's, and verify's simulated smoke test's, default
     assert table.label == table.env[startup.TORCH_NPU] == "2.1.0.post3" and table.chosen == "oldest"
     assert table.label == optables.releases()[0] != optables.newest()

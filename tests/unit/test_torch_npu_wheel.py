@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env.checks import torch_npu_wheel
+from ascend_env.checks import tables, torch_npu_wheel
 from ascend_env.exceptions import EnvironmentProblem, UsageError
 
 HERE = f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -92,14 +92,14 @@ def test_a_wheel_that_escapes_its_directory_is_refused(tmp_path, cache):
 
 
 def test_no_torch_npu_named_or_installed_is_a_usage_error(monkeypatch):
-    monkeypatch.setattr(torch_npu_wheel, "_installed_package", lambda: None)
+    monkeypatch.setattr(tables, "installed_torch_npu", lambda: None)
     with pytest.raises(UsageError, match="none is named or installed"):
         torch_npu_wheel.choose(None, None)
 
 
 def test_without_an_index_pip_cannot_fetch_and_the_fix_is_the_wheel_option(tmp_path, cache, monkeypatch):
     monkeypatch.setattr(torch_npu_wheel, "_installed", lambda name: {"torch": "2.1.0"}.get(name))
-    monkeypatch.setattr(torch_npu_wheel, "_installed_package", lambda: None)
+    monkeypatch.setattr(tables, "installed_torch_npu", lambda: None)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))  # an empty directory: nothing to find
     with pytest.raises(EnvironmentProblem) as no_index:
