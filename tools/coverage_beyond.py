@@ -112,7 +112,7 @@ def page_lines(document: Dict[str, Any]) -> List[str]:
         "weights are loaded: torchvision models are built with `weights=None, weights_backbone=None` "
         "at 64 pixels and 3 classes, transformers models from tiny configs. An op that still falls "
         "back after install is marked *no kernel yet* where the fix registry (ascend_env/kernels/"
-        "registry.py) has no kernel for it on that table: a known gap, shown, not a failure of the run."
+        "registry/) has no kernel for it on that table: a known gap, shown, not a failure of the run."
     )
     lines = [
         "# Beyond text generation",

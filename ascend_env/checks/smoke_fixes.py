@@ -1,5 +1,5 @@
 """The smoke test's check of one fix of the registry: each of its smoke samples on the device
-against the CPU (``python -m ascend_env.checks.smoke`` runs it per fix; ``kernels/registry.py``
+against the CPU (``python -m ascend_env.checks.smoke`` runs it per fix; ``kernels/registry/``
 declares the samples)."""
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
-"""The registry of NPU fixes: the one description of each op that some torch_npu releases run on
-the CPU, and of what ascend-env registers for it.
-
-A :class:`Fix` is one module of kernels (:mod:`ascend_env.kernels.isin`, ...) and everything the
-rest of ascend-env needs to know of it, so that adding a fixed op is one module and one entry
-here (CONTRIBUTING.md, "Adding a fixed op"); modelled on PyTorch's ``torch/_decomp`` registry,
-where each decomposition declares the overloads it serves:
-
-- ``name``: the fix's own name (a smoke step, a row of ``detect`` and ``verify``); not derived
-  from an op's name;
-- ``module``: whose ``KERNELS`` maps each overload (``"isin.Tensor_Tensor"``) to its kernel;
-- ``overloads``: each :class:`Overload` with the releases that lack it (PEP 440 specifiers,
-  checked against the op tables by ``tests/unit/test_registry.py``) and the overload its
-  composite kernel calls (the ``out=`` form), which must be missing too for it to fall back;
-- ``reason`` and ``upstream`` (where the missing kernel, or the behaviour modelled, is recorded);
-- ``namespace`` and ``dispatch_key``: ``aten`` / ``torchvision`` and ``PrivateUse1``;
-- ``requires``: the module whose import defines the op (``torchvision``; None for torch's own
-  ops): the startup hook registers the fix once that module has been imported;
-- ``registered_by``: packages that register the op themselves (``torchvision_npu``): where one
-  is installed, the fix is left to it;
-- ``host_reads``: every value a kernel reads back to the host, and why (none for most);
-- ``smoke``: the :class:`Sample` calls the smoke test runs on the device against the CPU;
-- ``generation``: whether transformers' text generation reaches the op (``audit --torch-npu
-  affected`` runs the releases that lack one of those);
-- ``host_copy``: releases whose registered kernel copies to the host and back (left alone).
-
-The startup hook (:mod:`ascend_env.hook.runtime`) registers an overload only where neither it
-nor the overload it calls has a kernel for the key; a native kernel is never overridden, and an
-op that PyTorch decomposes (``CompositeImplicitAutograd``) is never registered. This module
-imports neither torch nor the kernel modules.
-"""
+"""The fixes of torch's tensor ops: isin (what transformers' generation reaches), polar,
+repeat_interleave, the bit shifts, _assert_async, stable sorts and bucketize."""
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Tuple
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T, pair
 
 __all__ = [
     "ASSERT_ASYNC",
@@ -48,151 +16,7 @@ __all__ = [
     "POLAR",
     "REPEAT_INTERLEAVE",
     "SORT_STABLE",
-    "OVERLOADS",
-    "Fix",
-    "Op",
-    "Overload",
-    "Sample",
-    "T",
-    "by_name",
-    "fixes_needed_by",
-    "kernels",
 ]
-
-
-@dataclass(frozen=True)
-class Overload:
-    """One overload a fix registers: ``name`` as in ``aten::name`` (``"isin.Tensor_Tensor"``,
-    ``"polar"`` for the default overload), the releases that lack it, and ``via``, the overload
-    its composite kernel calls (the ``out=`` form): it falls back only when that one does too."""
-
-    name: str
-    releases: Tuple[str, ...]
-    via: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class T:
-    """A tensor of a smoke :class:`Sample`: ``torch.tensor(values, dtype=torch.<dtype>)``."""
-
-    values: Any
-    dtype: str
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One smoke-test call of ``overload``: ``args`` (a :class:`T` becomes a tensor on the device,
-    anything else is passed as is) and ``kwargs``; ``out``, the dtype of an empty ``out=``
-    tensor; ``outs``, ``(keyword, dtype)`` of several (``values=``, ``indices=``);
-    ``atol``/``rtol``, the tolerance against the CPU (0: equal); ``out_shape``, the shape of the
-    ``out=`` tensors where they must not be empty (default: empty, so the kernel must resize)."""
-
-    overload: str
-    args: Tuple[Any, ...]
-    kwargs: Tuple[Tuple[str, Any], ...] = ()
-    out: Optional[str] = None
-    atol: float = 0.0
-    rtol: float = 0.0
-    outs: Tuple[Tuple[str, str], ...] = ()
-    out_shape: Optional[Tuple[int, ...]] = None
-
-    @property
-    def out_keywords(self) -> Tuple[Tuple[str, str], ...]:
-        """``(keyword, dtype)`` of every ``out=`` tensor the call takes."""
-        return (("out", self.out),) if self.out is not None else self.outs
-
-
-@dataclass(frozen=True, eq=False)  # one object per fix: compared and hashed by identity
-class Fix:
-    """One fixed op: its kernels' module and everything about them (see the module docstring)."""
-
-    name: str
-    module: str
-    overloads: Tuple[Overload, ...]
-    reason: str
-    upstream: str
-    namespace: str
-    dispatch_key: str
-    requires: Optional[str]
-    registered_by: Tuple[str, ...]
-    host_reads: Tuple[str, ...]
-    smoke: Tuple[Sample, ...]
-    generation: bool
-    host_copy: Tuple[str, ...] = ()
-
-    @property
-    def ops(self) -> Tuple[Op, ...]:
-        return tuple(Op(self, overload) for overload in self.overloads)
-
-    def needed_by(self, release: Optional[str]) -> Optional[bool]:
-        """Whether any overload falls back on torch_npu ``release`` (None when unknown)."""
-        found = [op.needed_by(release) for op in self.ops]
-        return None if None in found else any(found)
-
-    def copies_to_host(self, release: Optional[str]) -> bool:
-        """Whether torch_npu ``release`` registers the op with a kernel that runs it on the CPU."""
-        try:
-            return release is not None and _matches(Version(release), self.host_copy)
-        except InvalidVersion:
-            return False
-
-
-@dataclass(frozen=True)
-class Op:
-    """One overload of one fix, as the hook registers it."""
-
-    fix: Fix
-    overload: Overload
-
-    @property
-    def op(self) -> str:
-        """``"isin.Tensor_Tensor"``: the key of the module's ``KERNELS``."""
-        return self.overload.name
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.fix.namespace}::{self.overload.name}"
-
-    @property
-    def when_missing(self) -> Tuple[str, ...]:
-        """The overloads (``name``, then ``via``) none of which may have a kernel for it to fall back."""
-        via = self.overload.via
-        return (self.overload.name,) if via is None else (self.overload.name, via)
-
-    @property
-    def family(self) -> str:
-        """The fix's name (not the text before the dot)."""
-        return self.fix.name
-
-    @property
-    def module(self) -> str:
-        return self.fix.module
-
-    @property
-    def reason(self) -> str:
-        return self.fix.reason
-
-    def needed_by(self, release: Optional[str]) -> Optional[bool]:
-        """Whether the overload falls back on torch_npu ``release`` (None when unknown)."""
-        if release is None:
-            return None
-        try:
-            version = Version(release)
-        except InvalidVersion:
-            return None
-        return _matches(version, self.overload.releases)
-
-    def copies_to_host(self, release: Optional[str]) -> bool:
-        return self.fix.copies_to_host(release)
-
-
-def _matches(version: Version, specifiers: Tuple[str, ...]) -> bool:
-    return any(version in SpecifierSet(spec, prereleases=True) for spec in specifiers)
-
-
-def _pair(name: str, out: str, releases: Tuple[str, ...]) -> Tuple[Overload, Overload]:
-    """A functional overload and its ``out=`` form, which its composite kernel calls."""
-    return Overload(name, releases, out), Overload(out, releases)
 
 
 # -- isin ------------------------------------------------------------------------------------------
@@ -209,9 +33,9 @@ ISIN = Fix(
     name="isin",
     module="ascend_env.kernels.isin",
     overloads=(
-        *_pair("isin.Tensor_Tensor", "isin.Tensor_Tensor_out", _ISIN_MISSING),
-        *_pair("isin.Tensor_Scalar", "isin.Tensor_Scalar_out", _NO_KNOWN_RELEASE),
-        *_pair("isin.Scalar_Tensor", "isin.Scalar_Tensor_out", _NO_KNOWN_RELEASE),
+        *pair("isin.Tensor_Tensor", "isin.Tensor_Tensor_out", _ISIN_MISSING),
+        *pair("isin.Tensor_Scalar", "isin.Tensor_Scalar_out", _NO_KNOWN_RELEASE),
+        *pair("isin.Scalar_Tensor", "isin.Scalar_Tensor_out", _NO_KNOWN_RELEASE),
     ),
     reason=(
         "transformers calls torch.isin on every decoding step (EosTokenCriteria, logits processors, "
@@ -255,7 +79,7 @@ _POLAR_ATOL, _POLAR_RTOL = 1e-5, 1.3e-6
 POLAR = Fix(
     name="polar",
     module="ascend_env.kernels.polar",
-    overloads=_pair("polar", "polar.out", _POLAR_MISSING),
+    overloads=pair("polar", "polar.out", _POLAR_MISSING),
     reason=(
         "the rotary embeddings of Llama 4 and DeepSeek-V2 (and models that copy them) call "
         "torch.polar on every forward pass, so on every decoding step; without an NPU kernel each "
@@ -385,7 +209,7 @@ _TIES = T([[3.0, 1.0, 2.0, 1.0, 3.0], [0.0, -0.0, 5.0, 0.0, -1.0]], "float32")
 SORT_STABLE = Fix(
     name="sort_stable",
     module="ascend_env.kernels.sort_stable",
-    overloads=_pair("sort.stable", "sort.values_stable", _OLD_OPPLUGIN),
+    overloads=pair("sort.stable", "sort.values_stable", _OLD_OPPLUGIN),
     reason=(
         "torch.sort(stable=...) and torch.argsort(stable=True) (top-p sampling's stable sorts, "
         "MoE token routing) fall back on the two releases without them."
@@ -419,7 +243,7 @@ BUCKETIZE = Fix(
     name="bucketize",
     module="ascend_env.kernels.bucketize",
     overloads=(
-        *_pair("bucketize.Tensor", "bucketize.Tensor_out", _OLD_OPPLUGIN),
+        *pair("bucketize.Tensor", "bucketize.Tensor_out", _OLD_OPPLUGIN),
         Overload("bucketize.Scalar", _OLD_OPPLUGIN),
     ),
     reason=(
@@ -442,27 +266,5 @@ BUCKETIZE = Fix(
     generation=False,
 )
 
+
 FIXES: Tuple[Fix, ...] = (ISIN, POLAR, REPEAT_INTERLEAVE, BITWISE_SHIFT, ASSERT_ASYNC, SORT_STABLE, BUCKETIZE)
-
-
-#: Every overload of every fix, in registry order: what the hook decides and registers.
-OVERLOADS: Tuple[Op, ...] = tuple(op for fix in FIXES for op in fix.ops)
-
-
-def by_name() -> Dict[str, Fix]:
-    """The fixes by name, in registry order."""
-    return {fix.name: fix for fix in FIXES}
-
-
-def fixes_needed_by(release: Optional[str]) -> Tuple[Fix, ...]:
-    """The fixes with an overload that falls back on torch_npu ``release``."""
-    return tuple(fix for fix in FIXES if fix.needed_by(release))
-
-
-def kernels(fixes: Iterable[Fix] = FIXES) -> Dict[str, Callable[..., Any]]:
-    """The kernels of ``fixes`` by overload (imports torch and those fixes' modules only)."""
-    found: Dict[str, Callable[..., Any]] = {}
-    for fix in fixes:
-        table = importlib.import_module(fix.module).KERNELS
-        found.update((op.op, table[op.op]) for op in fix.ops)
-    return found
