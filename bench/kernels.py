@@ -24,6 +24,9 @@ import sys
 import time
 from typing import Any, Callable, List, Tuple
 
+import kernels_nn
+import kernels_signal
+import kernels_vision
 import torch
 
 from ascend_env.kernels import assert_async, bitwise_shift, bucketize, repeat_interleave, sort_stable
@@ -77,6 +80,9 @@ def cases(device: str) -> List[Case]:
         )
     one = torch.tensor(1, device=device)
     found.append(("_assert_async", lambda: assert_async.assert_async(one), lambda: torch._assert_async(one)))
+    # one file of cases per family of fixes (kernels/registry/<family>.py)
+    for family in (kernels_vision, kernels_nn, kernels_signal):
+        found += family.cases(device)
     return found
 
 
