@@ -27,7 +27,7 @@ from ascend_env.cann import build
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.utils import buildcache
 
-__all__ = ["DEFAULT_SOC", "TOOLKIT_VERSION", "enable", "enabled", "report"]
+__all__ = ["DEFAULT_SOC", "TOOLKIT_VERSION", "enable", "enabled", "make_toolkit", "report"]
 
 DEFAULT_SOC = "Ascend910B1"
 #: The version the toolkit directory claims (ascend_toolkit_install.info).
@@ -93,10 +93,17 @@ def report() -> Dict[str, Any]:
 
 
 def _toolkit() -> Path:
-    """A toolkit directory for this process: the version file and the binary-kernel directory
-    torch_npu looks for ("binary kernels installed"); removed at exit."""
+    """A toolkit directory for this process (:func:`make_toolkit`); removed at exit."""
     directory = Path(tempfile.mkdtemp(prefix="ascend-env-cann-"))
     atexit.register(shutil.rmtree, directory, True)
+    make_toolkit(directory)
+    return directory
+
+
+def make_toolkit(directory: Path) -> Dict[str, str]:
+    """Fill the empty ``directory`` as the emulated CANN's toolkit: the version file and the
+    binary-kernel directory torch_npu looks for ("binary kernels installed"); returns the variables
+    that point at it, as :func:`enable` sets them."""
     (directory / "ascend_toolkit_install.info").write_text(
         f"package_name=Ascend-cann-toolkit\nversion={TOOLKIT_VERSION}\n"
         f"innerversion=ascend-env emulated CANN\narch={os.uname().machine}\nos=linux\n",
@@ -107,10 +114,16 @@ def _toolkit() -> Path:
     # torch_npu/utils/npu_intercept.py (_cann_package_check) wants these two beside opp.
     (directory / "runtime").mkdir()
     (directory / "compiler").mkdir()
-    return directory
+    return _toolkit_variables(directory)
+
+
+def _toolkit_variables(directory: Path) -> Dict[str, str]:
+    return {
+        "ASCEND_HOME_PATH": str(directory),
+        "ASCEND_TOOLKIT_HOME": str(directory),
+        "ASCEND_OPP_PATH": str(directory / "opp"),
+    }
 
 
 def _point_at_toolkit(directory: Path) -> None:
-    os.environ["ASCEND_HOME_PATH"] = str(directory)
-    os.environ["ASCEND_TOOLKIT_HOME"] = str(directory)
-    os.environ["ASCEND_OPP_PATH"] = str(directory / "opp")
+    os.environ.update(_toolkit_variables(directory))

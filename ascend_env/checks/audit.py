@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,10 +28,17 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import ascend_env.sim.paths
 from ascend_env import _audited, sim
-from ascend_env.checks import emulated_audit, paths_report, process_reports, tables, torch_npu_wheel
+from ascend_env.checks import (
+    emulated_audit,
+    measured_paths,
+    paths_report,
+    process_reports,
+    tables,
+    torch_npu_wheel,
+)
 from ascend_env.checks.findings import Findings, Outcome, Unaudited, findings_from
 from ascend_env.exceptions import UsageError
-from ascend_env.sim import compile_mode, emulated
+from ascend_env.sim import compile_mode, emulated, optables
 from ascend_env.utils import proctree, supervise, tee
 
 __all__ = ["SCHEMA", "SCRATCH_PREFIX", "remove_stale_scratch", "run", "unaudited_reason"]
@@ -77,18 +85,28 @@ def run(
     """
     _check_arguments(command, timeout)
     if cann == emulated.CANN_EMULATED:
-        if paths:
-            raise UsageError(
-                "--paths models the simulator's dispatch paths; it does not run with --cann emulated yet.",
-                "drop --paths, or audit on the simulator (--cann sim)",
-            )
-        return _run_emulated(command, torch_npu, wheel, timeout, soc, stdout)
+        if not paths:
+            return _run_emulated(command, torch_npu, wheel, timeout, soc, stdout)
+        return _run_emulated_paths(command, torch_npu, wheel, timeout, soc, stdout)
+    return _run_simulated(command, torch_npu, timeout, soc, paths, stdout)
+
+
+def _run_simulated(
+    command: Sequence[str],
+    torch_npu: Optional[str],
+    timeout: Optional[float],
+    soc: Optional[str],
+    paths: bool,
+    stdout: supervise.Output,
+    extra: Optional[Dict[str, str]] = None,
+) -> Findings:
+    """:func:`run` on the simulator; ``extra``: variables set for the command besides."""
     table = tables.choose_table(torch_npu)
     chosen_soc = paths_report.choose_soc(soc) if paths or soc else None
     remove_stale_scratch()
     scratch = _make_scratch()
     try:
-        env = tables.audited_environment(table, scratch)
+        env = tables.audited_environment(table, scratch, {**os.environ, **(extra or {})})
         if chosen_soc is not None:
             env[compile_mode.SOC_ENV] = chosen_soc["name"]
         else:
@@ -111,7 +129,7 @@ def run(
     return findings
 
 
-def _run_emulated(
+def _run_emulated_paths(
     command: Sequence[str],
     torch_npu: Optional[str],
     wheel: Optional[Path],
@@ -119,8 +137,48 @@ def _run_emulated(
     soc: Optional[str],
     stdout: supervise.Output,
 ) -> Findings:
+    """:func:`run` on the emulated CANN with ``paths``: the binary's compiles and aclnn calls per
+    decoding step, measured (``paths_measured``), and the dispatch-path model's figures for the same
+    command on the SoC (``paths``), from a second run of it on the simulator with the release's table."""
+    chosen = paths_report.choose_soc(soc)
+    findings = _run_emulated(command, torch_npu, wheel, timeout, chosen["name"], stdout, measure=True)
+    findings["paths_measured"]["soc"] = chosen["name"]
+    release = findings["backend"]["release"]
+    if release not in optables.releases():
+        findings["paths_model"] = f"ascend-env has no op table of torch_npu {release}: no model to compare"
+        return findings
+    sys.stderr.write(
+        f"ascend-env: audit: running the command again on the simulator (torch_npu {release}'s op table, "
+        f"SoC {chosen['name']}, the emulated CANN's toolkit) for the dispatch-path model's figures\n"
+    )
+    # The model's run sees the machine the binary saw: the emulated CANN's toolkit (binary kernels
+    # installed), which the compile guard reads.
+    with tempfile.TemporaryDirectory(prefix="ascend-env-toolkit-") as toolkit:
+        extra = emulated.make_toolkit(Path(toolkit))
+        model = _run_simulated(command, release, timeout, chosen["name"], True, stdout, extra)
+    findings["soc"] = chosen
+    if "paths" in model:
+        findings["paths"] = model["paths"]
+    findings["paths_model"] = (
+        None
+        if model["returncode"] == 0
+        else f"the command {model['ended']} on the simulator: the model may be partial"
+    )
+    return findings
+
+
+def _run_emulated(
+    command: Sequence[str],
+    torch_npu: Optional[str],
+    wheel: Optional[Path],
+    timeout: Optional[float],
+    soc: Optional[str],
+    stdout: supervise.Output,
+    measure: bool = False,
+) -> Findings:
     """:func:`run` on the emulated CANN: the torch_npu chosen and checked to fit before anything
-    runs, the command's fd 2 read as it is copied through."""
+    runs, the command's fd 2 read as it is copied through; with ``measure``, the emulated CANN's
+    counters per decoding step (``paths_measured``)."""
     choice = torch_npu_wheel.choose(torch_npu, wheel)
     soc_name = paths_report.choose_soc(soc)["name"] if soc else None
     remove_stale_scratch()
@@ -129,6 +187,8 @@ def _run_emulated(
     copy = tee.Tee(fd2.line)
     try:
         env = emulated_audit.environment(choice, scratch, soc_name)
+        if measure:
+            env[emulated.PATHS_VARIABLE] = "1"
         try:
             outcome = _supervised(command, env, scratch, timeout, stdout, copy.fd)
         finally:
@@ -139,7 +199,10 @@ def _run_emulated(
         _remove(scratch)
     where = "the real torch_npu on the emulated CANN"
     findings = findings_from(choice.label, command, outcome, reports.good, reports.bad, choice.source, where)
-    return emulated_audit.judge(findings, choice, fd2, copy.identity, reports.good)
+    findings = emulated_audit.judge(findings, choice, fd2, copy.identity, reports.good)
+    if measure:
+        findings["paths_measured"] = measured_paths.summarize(reports.good, soc_name)
+    return findings
 
 
 def _check_arguments(command: Sequence[str], timeout: Optional[float]) -> None:

@@ -9,7 +9,7 @@ import sys
 from typing import Any, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 from ascend_env import origin
-from ascend_env.checks import paths_report
+from ascend_env.checks import measured_paths, paths_report
 from ascend_env.checks.emulated_audit import BACKEND, cann_text
 from ascend_env.checks.findings import Findings, Unaudited, describe_exit, plural
 from ascend_env.checks.tables import AFFECTED
@@ -78,9 +78,19 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         fixes.append("see the command's own output above")
     if "paths" in findings:
         failing = paths_report.failing(findings["paths"], tuple(fail_on))
+        if "paths_measured" in findings:  # the binary's compiles, measured, are the proof
+            failing = [name for name in failing if name != "compiles"]
         if failing:
             causes.append(paths_report.failing_text(findings["paths"], failing))
             fixes.append(paths_report.fix_line(findings["paths"], failing))
+    if "paths_measured" in findings and measured_paths.failing(findings["paths_measured"], tuple(fail_on)):
+        causes.append(measured_paths.failing_text(findings["paths_measured"]))
+        fixes.append(
+            paths_report.fix_line(findings["paths"], ["compiles"])
+            if "paths" in findings
+            else "turn JIT compile off where binary kernels are installed "
+            "(torch_npu.npu.set_compile_mode(jit_compile=False); ascend-env install does it)"
+        )
     # Processes still running once the command ended, that audit stopped: what they would have
     # done later (a daemon that falls back 8 s on) was never audited.
     stopped = 0 if findings.get("timed_out") else int(findings.get("stopped") or 0)
@@ -100,7 +110,8 @@ def verdict(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> Verd
         if tuple(fail_on) == ("fallbacks",):
             line = f"audit passed on {where}: nothing fell back to the CPU in {processes}"
         else:
-            found = "; ".join(_NONE_FOUND[name] for name in fail_on if name in _NONE_FOUND)
+            none = {**_NONE_FOUND, **(_NONE_MEASURED if "paths_measured" in findings else {})}
+            found = "; ".join(none[name] for name in fail_on if name in none)
             line = f"audit passed on {where} (--fail-on {','.join(fail_on)}): {found} in {processes}"
         if stopped:
             line += f", but {left}: what they would have done later is not audited (--fail-on stopped fails)"
@@ -227,6 +238,11 @@ def format_text(findings: Findings, fail_on: Sequence[str] = ("fallbacks",)) -> 
     lines += _fallbacks_text(findings)
     lines += cann_text(findings) if _emulated(findings) else []
     lines += paths_report.format_text(findings["paths"]) if "paths" in findings else []
+    if "paths_measured" in findings:
+        release = str((findings.get("backend") or {}).get("release"))
+        lines += measured_paths.format_text(findings["paths_measured"], findings.get("paths"), release)
+        if findings.get("paths_model"):
+            lines.append(f"  the model's figures: {findings['paths_model']}")
     lines.append(verdict(findings, fail_on).line)
     return "\n".join(lines)
 
@@ -267,6 +283,7 @@ _NONE_FOUND = {
     "64bit": "no 64-bit warnings",
     "stopped": "no process left running",
 }
+_NONE_MEASURED = {"compiles": "no online compile (aclopCompileAndExecute), measured on the emulated CANN"}
 
 #: What the audit's sitecustomize reports where its Python cannot import ascend_env
 #: (``sim/shim/sitecustomize.py``, which cannot import this module to share it).

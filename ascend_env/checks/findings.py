@@ -9,7 +9,7 @@ import collections
 import signal
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, TypedDict
 
-from ascend_env.checks import paths_report
+from ascend_env.checks import measured_paths, paths_report
 from ascend_env.exceptions import EnvironmentProblem
 from ascend_env.sim.reports import ProcessReport
 
@@ -165,6 +165,10 @@ class Findings(_Findings, total=False):
     not_proven: List[str]
     unimplemented: List[str]
     cann: Dict[str, Dict[str, int]]
+    # With --paths on the emulated CANN (ascend_env.checks.measured_paths): the binary's counts per
+    # decoding step, and why the model's figures beside them are missing or partial (None: whole).
+    paths_measured: measured_paths.MeasuredSummary
+    paths_model: Optional[str]
 
 
 def findings_from(

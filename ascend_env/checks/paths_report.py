@@ -58,6 +58,7 @@ class StepSummary(TypedDict):
     warnings_64bit: int
     would_compile_by_op: Dict[str, int]
     host_syncs_by_site: Dict[str, int]
+    paths: Dict[str, int]
     step: int
 
 
@@ -227,6 +228,7 @@ def _step(step: Counts, index: int) -> StepSummary:
         "warnings_64bit": step["warnings_64bit"],
         "would_compile_by_op": step["would_compile_by_op"],
         "host_syncs_by_site": step["host_syncs_by_site"],
+        "paths": step["paths"],
         "step": index,
     }
 

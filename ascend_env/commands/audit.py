@@ -64,7 +64,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--paths",
         action="store_true",
         help="model torch_npu's dispatch paths: would-be online compiles, 64-bit warnings and host "
-        "syncs, per generate() step",
+        "syncs, per generate() step; with --cann emulated, also the binary's online compiles and aclnn "
+        "calls per step, measured (the command runs again on the simulator for the model's figures)",
     )
     parser.add_argument(
         "--fail-on",

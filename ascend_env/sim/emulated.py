@@ -22,9 +22,12 @@ import importlib
 import importlib.util
 import os
 import re
+import sys
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from ascend_env.exceptions import EnvironmentProblem
+from ascend_env.sim import cann_steps
 from ascend_env.sim.reports import LastFacts
 
 __all__ = [
@@ -33,12 +36,14 @@ __all__ = [
     "CANN_SIM",
     "CANN_VARIABLE",
     "MODULE",
+    "PATHS_VARIABLE",
     "SOC_VARIABLE",
     "UNIMPLEMENTED_LINE",
     "available",
     "enable",
     "enabled",
     "last_facts",
+    "make_toolkit",
     "report",
     "unimplemented",
     "unimplemented_in",
@@ -57,7 +62,12 @@ SOC_VARIABLE = "ASCEND_ENV_SOC"
 #: What the emulated CANN prints on fd 2, once per entry point, when one it lacks is called.
 UNIMPLEMENTED_LINE = re.compile(r"ascend-env emulated CANN: (\w+) is not implemented")
 
+#: Set to ``1`` in each process of a command audited with ``--paths``: the emulated CANN's counters
+#: are then taken per decoding step (:mod:`ascend_env.sim.cann_steps`); the simulator's variable.
+PATHS_VARIABLE = "ASCEND_ENV_AUDIT_PATHS"
+
 _ENABLED: List[str] = []  # the SoC, once enabled in this process
+_STEPS: List[cann_steps.Steps] = []  # the measured steps, where the audit asked for them
 
 
 def available() -> Optional[str]:
@@ -90,6 +100,28 @@ def enable(soc: Optional[str] = None) -> None:
     runtime.enable(chosen)
     if not _ENABLED:
         _ENABLED.append(chosen)
+    if os.environ.get(PATHS_VARIABLE) == "1" and not _STEPS:
+        from ascend_env.sim import steps
+
+        _STEPS.append(cann_steps.Steps(lambda: cann_steps.counters_of(report()), _synchronize))
+        steps.listen(_STEPS[0])
+
+
+def _synchronize() -> None:
+    """Wait for the device's queue (aclnn kernels run, and are counted, on torch_npu's task-queue
+    thread); nothing where torch_npu is not imported yet."""
+    torch = sys.modules.get("torch")
+    npu = getattr(torch, "npu", None) if "torch_npu" in sys.modules else None
+    if npu is not None:
+        npu.synchronize()
+
+
+def make_toolkit(directory: Path) -> Dict[str, str]:
+    """Make the empty ``directory`` the toolkit the emulated CANN shows torch_npu (binary kernels
+    installed); returns the variables that point a process at it (``ASCEND_HOME_PATH``, ...), so that
+    a run on the simulator sees the machine the emulated CANN shows."""
+    found: Dict[str, str] = _runtime().make_toolkit(directory)
+    return found
 
 
 def enabled() -> Optional[str]:
@@ -132,6 +164,8 @@ def last_facts() -> LastFacts:
     from ascend_env.sim import silencing
 
     facts: LastFacts = {"cann": report(), "silenced": silencing.warnings_silenced(os.environ)}
+    if _STEPS:
+        facts["cann_steps"] = _STEPS[0].report()
     try:
         info = os.fstat(2)
         facts["fd2"] = [int(info.st_dev), int(info.st_ino)]

@@ -21,6 +21,8 @@ __all__ = [
     "Counts",
     "GuardRecord",
     "LastFacts",
+    "MeasuredRun",
+    "MeasuredStep",
     "PathsReport",
     "ProcessEnd",
     "ProcessReport",
@@ -131,6 +133,25 @@ class PathsReport(TypedDict):
     compile_guard: GuardRecord
 
 
+class MeasuredStep(TypedDict):
+    """What one decoding step (or the time after the last) asked of the emulated CANN
+    (:mod:`ascend_env.sim.cann_steps`)."""
+
+    compiles: int
+    aclop: int
+    aclnn: int
+    compiles_by_type: Dict[str, int]
+
+
+class MeasuredRun(TypedDict):
+    """One ``generate()`` call of one process on the emulated CANN, measured."""
+
+    site: str
+    mode: Optional[str]
+    steps: List[MeasuredStep]
+    after: Optional[MeasuredStep]
+
+
 class LastFacts(TypedDict, total=False):
     """What a process's last report adds (:mod:`ascend_env.sim.startup`): whether it used the npu
     device, the dispatch-path model's findings, how the startup hook heard of torch_npu (None
@@ -140,6 +161,7 @@ class LastFacts(TypedDict, total=False):
     paths: PathsReport
     hook_events: Optional[List[str]]
     cann: Dict[str, Any]
+    cann_steps: List[MeasuredRun]
     silenced: bool
     fd2: Optional[List[int]]
 
@@ -175,5 +197,6 @@ class ProcessReport(_Identity, total=False):
     hook_events: Optional[List[str]]
     unaudited: str
     cann: Dict[str, Any]  # on the emulated CANN (ascend_env.sim.emulated.last_facts): its counters
+    cann_steps: List[MeasuredRun]  # with --paths on the emulated CANN: its counters per decoding step
     silenced: bool  # torch_npu's warnings were silenced in this process
     fd2: Optional[List[int]]  # where its fd 2 went: device, inode

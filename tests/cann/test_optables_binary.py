@@ -1,60 +1,53 @@
 """The real torch_npu binary's dispatcher against ascend-env's op table of the same release.
 
-The upstream aten ops the installed torch_npu registers under PrivateUse1 (its real dispatcher, on
-the emulated CANN) must be exactly the table's (``optables.registered``: the ``supported:`` lists and
-the ``_foreach_*`` ops registered by hand), less the ops it registers for sparse tensors only. Skipped
-where torch_npu's wheel is not installed, or no C++ compiler is.
+For each torch_npu wheel that fits this Python and torch (``$ASCEND_ENV_TORCH_NPU_WHEELS``, as the
+other tests of this folder take them; unpacked, run by path as ``audit --torch-npu-wheel`` runs it:
+nothing installed), the upstream aten ops the binary registers under PrivateUse1 (its real
+dispatcher, on the emulated CANN) must be exactly the table's (``optables.registered``: the
+``supported:`` lists and the ``_foreach_*`` ops registered by hand), less the ops it registers for
+sparse tensors only. The releases no Python here can import are checked against op-plugin's YAML
+instead (tests/unit/test_optables.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from emulated_e2e import environment, wheel_params
 
 from ascend_env.sim import optables
 
 PROBE = Path(__file__).resolve().parent / "registrations_probe.py"
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch_npu") is None or importlib.util.find_spec("torch") is None,
-        reason="needs torch and the torch_npu wheel installed (pip install --no-deps torch_npu==<release>)",
-    ),
-    pytest.mark.skipif(
-        not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
-        reason="needs a C++ compiler to build the emulated CANN",
-    ),
-]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torch_npu's wheels are for Linux")
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
-    cache = os.environ.get("ASCEND_ENV_CACHE_DIR")
-    if not cache:
-        directory = tmp_path_factory.mktemp("cache")
-        directory.chmod(0o700)
-        cache = str(directory)
+@pytest.fixture(scope="module", params=wheel_params())
+def probe(request: pytest.FixtureRequest) -> Dict[str, Any]:
+    from ascend_env.checks import torch_npu_wheel
+
+    unpacked = torch_npu_wheel.unpack(request.param)
+    path = os.pathsep.join(p for p in (str(unpacked), os.environ.get("PYTHONPATH", "")) if p)
     result = subprocess.run(
         [sys.executable, "-m", "ascend_env.cann", str(PROBE)],
         capture_output=True,
         text=True,
-        env={**os.environ, "ASCEND_ENV_CACHE_DIR": cache},
+        env=environment(PYTHONPATH=path),
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     found: Dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["version"] == request.param.name.split("-")[1]  # the wheel's binary, not another
     return found
 
 
-def test_the_binary_registers_exactly_the_tables_upstream_ops(probe: Dict[str, Any]) -> None:
+def test_optables_the_binary_registers_exactly_the_tables_upstream_ops(probe: Dict[str, Any]) -> None:
     version = probe["version"]
     upstream = set(probe["upstream"])
     dense, sparse = set(probe["PrivateUse1"]), set(probe["SparsePrivateUse1"])
@@ -67,7 +60,7 @@ def test_the_binary_registers_exactly_the_tables_upstream_ops(probe: Dict[str, A
     assert len(dense) > 1000
 
 
-def test_the_foreach_ops_registered_by_hand_are_the_tables(probe: Dict[str, Any]) -> None:
+def test_optables_the_foreach_ops_registered_by_hand_are_the_tables(probe: Dict[str, Any]) -> None:
     version = probe["version"]
     dense = set(probe["PrivateUse1"])
     hand = {name for name in dense if name.startswith("_foreach_")} - optables.load(version)

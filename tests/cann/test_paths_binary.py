@@ -4,46 +4,39 @@ online compiles against the ``aclopCompileAndExecute`` first calls the binary ma
 ``ACL_OP_JIT_COMPILE`` on (910A), and its ``op_api`` calls against the aclnn calls (910B).
 
 Where they differ the difference is pinned here op by op, with its reason, so that a change in
-either side shows. Skipped where the installed torch_npu is not 2.1.0.post6 (the release measured),
-or no C++ compiler is.
+either side shows. The wheel of 2.1.0.post6 (the release measured) is run by path from
+``$ASCEND_ENV_TORCH_NPU_WHEELS``; skipped where this Python and torch cannot run it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from emulated_e2e import environment, fitting_wheels
 
 HERE = Path(__file__).resolve().parent
 RELEASE = "2.1.0.post6"
 
 
-def installed() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torch_npu")
-    except PackageNotFoundError:
-        return ""
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torch_npu's wheels are for Linux")
 
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch") is None or installed() != RELEASE,
-        reason=f"needs torch 2.1.0 and the torch_npu {RELEASE} wheel installed (the release measured)",
-    ),
-    pytest.mark.skipif(
-        not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
-        reason="needs a C++ compiler to build the emulated CANN",
-    ),
-]
+def _unpacked() -> Path:
+    """torch_npu RELEASE's wheel from ``$ASCEND_ENV_TORCH_NPU_WHEELS``, unpacked (run by path, as
+    ``audit --torch-npu-wheel`` runs it); skip where this Python and torch cannot run it."""
+    from ascend_env.checks import torch_npu_wheel
+
+    found = [w for w in fitting_wheels() if w.name.split("-")[1] == RELEASE]
+    if not found:
+        pytest.skip(f"needs torch 2.1.0 and torch_npu {RELEASE}'s wheel in $ASCEND_ENV_TORCH_NPU_WHEELS")
+    return torch_npu_wheel.unpack(found[0])
+
 
 # One aten op, more than one compiled kernel on the binary: the model counts the op once per new
 # call signature, the binary also compiles the helper kernels torch_npu adds (Cast of a mixed
@@ -76,8 +69,14 @@ MODEL_OVERCOUNTS: Dict[str, List[int]] = {
 }
 
 
-def run(command: List[str], env: Dict[str, str]) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, timeout=900)
+def run(command: List[str], env: Dict[str, str], real: bool) -> str:
+    """The last line ``command`` prints; with ``real``, the binary first on its path."""
+    if real:
+        env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(_unpacked()), os.environ.get("PYTHONPATH")) if p),
+        }
+    done = subprocess.run(command, capture_output=True, text=True, env=environment(**env), timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -96,6 +95,7 @@ def measured(soc: str, cache: str) -> List[Dict[str, Any]]:
     out = run(
         [sys.executable, "-m", "ascend_env.cann", "--soc", soc, str(HERE / "steps_probe.py")],
         {"ASCEND_ENV_CACHE_DIR": cache},
+        real=True,
     )
     steps: List[Dict[str, Any]] = json.loads(out)["by_op"]
     return steps
@@ -105,6 +105,7 @@ def modelled(soc: str, cache: str) -> List[Dict[str, Any]]:
     out = run(
         [sys.executable, str(HERE / "model_probe.py"), RELEASE, soc, str(HERE / "steps_probe.py")],
         {"ASCEND_ENV_CACHE_DIR": cache},
+        real=False,
     )
     steps: List[Dict[str, Any]] = json.loads(out)
     return steps
