@@ -100,6 +100,39 @@ def main() -> None:
         "delta": delta(before, counters()),
     }
 
+    # Indexing as generation strategies use it: x[i, []] = v (a real, empty index: writes nothing)
+    # beside x[:, j] = v (a left-out dim: op-plugin's placeholder, an empty tensor of x's dtype),
+    # reads alike, index_add, nonzero / torch.where, one_hot, repeat_interleave with a dim, a
+    # floor division by a scalar, topk and scatter: each against the CPU.
+    def indexing(device: str) -> List[Any]:
+        x = torch.arange(12.0).reshape(3, 4).to(device)
+        empty, cols = torch.tensor([], dtype=torch.long).to(device), torch.tensor([1, 3]).to(device)
+        written = x.clone()
+        written[1, empty] = -1.0
+        written[:, cols] = -2.0
+        added = x.index_add(0, torch.tensor([0, 2]).to(device), torch.ones(2, 4).to(device), alpha=3)
+        flags = (x % 3 == 0).to(device)
+        return [
+            written,
+            x[:, cols],
+            x[1, empty],
+            added,
+            torch.nonzero(flags),
+            *torch.where(flags),
+            torch.nn.functional.one_hot(torch.tensor([0, 3, 1]).to(device), 5),
+            x.repeat_interleave(2, dim=1),
+            torch.div(x, 3, rounding_mode="floor"),
+            *torch.topk(x, 2, dim=1),
+            x.scatter(1, torch.tensor([[0], [1], [2]]).to(device), -5.0),
+        ]
+
+    before = counters()
+    got, want = indexing("npu"), indexing("cpu")
+    result["indexing"] = {
+        "equal": [a.shape == b.shape and torch.equal(a.cpu(), b) for a, b in zip(got, want)],
+        "delta": delta(before, counters()),
+    }
+
     model = tiny_llama()
     ids = torch.tensor(PROMPT)
     steps: List[Dict[str, Dict[str, int]]] = []

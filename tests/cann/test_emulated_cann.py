@@ -1,55 +1,52 @@
 """The real torch_npu binary, unchanged, on the emulated CANN (ascend_env/cann), against the CPU.
 
 Each check runs in a fresh process (``python -m ascend_env.cann``: the libraries are loaded before
-torch_npu is imported). Skipped where torch_npu's wheel is not installed, or no C++ compiler is.
+torch_npu is imported), with the newest torch_npu wheel of ``$ASCEND_ENV_TORCH_NPU_WHEELS`` that
+lacks an NPU isin and fits this Python and torch, unpacked and first on its path (as ``audit
+--torch-npu-wheel`` runs it: nothing installed). Skipped, saying why, where there is none.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from emulated_e2e import environment, fitting_wheel, lacks_isin
+
+
+@functools.lru_cache(maxsize=None)
+def unpacked() -> Path:
+    """The wheel's directory, unpacked in the build cache (skips where no wheel fits)."""
+    from ascend_env.checks import torch_npu_wheel
+
+    return torch_npu_wheel.unpack(fitting_wheel())
 
 
 def isin_falls_back() -> bool:
-    """Whether the installed torch_npu lacks an NPU isin (then its own CPU fallback runs it)."""
-    from importlib.metadata import version
-
-    from ascend_env.kernels.registry import OVERLOADS
-
-    fix = next(op for op in OVERLOADS if op.op == "isin.Tensor_Tensor_out")
-    return bool(fix.needed_by(version("torch_npu")))
+    """Whether the wheel's torch_npu lacks an NPU isin (then its own CPU fallback runs it)."""
+    return lacks_isin(fitting_wheel().name.split("-")[1])
 
 
 SCENARIO = Path(__file__).resolve().parent / "scenario.py"
 ISIN_PROBE = Path(__file__).resolve().parent / "isin_probe.py"
 CAUTION = "CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is not currently supported"
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch_npu") is None or importlib.util.find_spec("torch") is None,
-        reason="needs torch and the torch_npu wheel installed (pip install --no-deps torch_npu==<release>)",
-    ),
-    pytest.mark.skipif(
-        not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
-        reason="needs a C++ compiler to build the emulated CANN",
-    ),
-]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torch_npu's wheels are for Linux")
 
 
 def run(args: List[str], env: Dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (str(unpacked()), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "ascend_env.cann", *args],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
+        env=environment(**{**env, "PYTHONPATH": path}),
         timeout=timeout,
     )
 
@@ -117,6 +114,15 @@ def test_scalar_isin_and_masked_selects_dynamic_shape(scenario: Dict[str, Any]) 
     else:  # the shape comes back in the output descriptor (aclopCompileAndExecuteV2); isin with a
         # scalar element runs on the host there (op-plugin aclops/IsInKernelNpu.cpp, b761d58)
         assert check["delta"]["aclop"] == {"MaskedSelect": 2} and "aclnn" not in check["delta"]
+
+
+def test_indexing_equals_the_cpu(scenario: Dict[str, Any]) -> None:
+    # an empty index of another dtype than self is a real index (it writes nothing), not the
+    # placeholder of a left-out dim: read as one, x[1, []] = -1 wrote the whole row and beam
+    # search's tokens differed from the CPU's
+    check = scenario["indexing"]
+    assert check["equal"] == [True] * len(check["equal"]) and len(check["equal"]) == 13
+    assert "unimplemented" not in check["delta"]
 
 
 def test_mlp_training_step_equals_the_cpu(scenario: Dict[str, Any]) -> None:
