@@ -6,10 +6,11 @@ Checked against the real torch_npu 2.1.0.post6 binary on the emulated CANN
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Optional
 
-__all__ = ["acl_kernel", "positional", "signature"]
+__all__ = ["acl_kernel", "helper_kernels", "positional", "signature"]
 
 # Measured on the real torch_npu 2.1.0.post6 with ACL_OP_JIT_COMPILE on (tests/cann/test_paths_binary.py):
 # these ops run no kernel when not training (the input comes back), ...
@@ -75,3 +76,41 @@ def signature(value: Any) -> Any:
     if isinstance(value, (int, float, bool, str, type(None))):
         return value
     return repr(value)
+
+
+# Matrix products take a transposed operand as it is (MatMul's transpose_x1 / transpose_x2
+# attributes: op-plugin aclops/MmKernelNpu.cpp, BmmKernelNpu.cpp, b761d58): no helper for it.
+_TAKES_TRANSPOSED = frozenset({"matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "addbmm", "mv"})
+# Ops whose integer or boolean tensor inputs are indices, masks or conditions, never cast to the
+# values' dtype: the Cast helper is only for operands of one arithmetic.
+_NOT_CAST = ("embedding", "index", "gather", "scatter", "masked", "where", "take", "isin", "put")
+
+
+def helper_kernels(name: str, path: str, args: tuple[Any, ...]) -> list[Any]:
+    """The kernels torch_npu compiles inside one acl_op call of ``name`` besides the op's own, each
+    by its key: a non-contiguous tensor input is made contiguous first (``OpCommand::Input`` ->
+    ``NpuUtils::format_contiguous``: a Transpose, Slice, BroadcastTo or AsStrided kernel of that
+    view; a matrix product takes a transposed operand as it is), and an operand whose dtype is not
+    the operands' common dtype is cast first (a Cast kernel). Measured against the binary in
+    ``tests/cann/test_paths_binary.py``; torch_npu's casts for dtypes a kernel does not take
+    (ArgMaxV2's output, a ReduceSum of bools) are not modelled."""
+    torch = sys.modules.get("torch")
+    if path != "acl_op" or torch is None:
+        return []
+    base = name.split(".", 1)[0]
+    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
+    found: list[Any] = []
+    for tensor in tensors:
+        if tensor.is_contiguous():
+            continue
+        if base in _TAKES_TRANSPOSED and tensor.dim() >= 2 and tensor.transpose(-1, -2).is_contiguous():
+            continue
+        found.append(("contiguous", tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype)))
+    operands = tensors
+    dtypes = {t.dtype for t in operands}
+    if len(dtypes) > 1 and not any(word in base for word in _NOT_CAST):
+        common = functools.reduce(torch.promote_types, dtypes)
+        for tensor in operands:
+            if tensor.dtype != common:
+                found.append(("Cast", tuple(tensor.shape), str(tensor.dtype), str(common)))
+    return found

@@ -256,12 +256,13 @@ class Model:
                 compile_keys.positional(func, args),
                 compile_keys.signature(tuple(sorted(kwargs.items()))),
             )
-            if key not in self.seen:
-                self.seen.add(key)
+            new = [k for k in (key, *compile_keys.helper_kernels(name, path, args)) if k not in self.seen]
+            self.seen.update(new)
+            if new:
                 site = self.site()
                 for bucket in buckets:
-                    bucket.compiles[name] += 1
-                    bucket.compile_sites[site] += 1
+                    bucket.compiles[name] += len(new)
+                    bucket.compile_sites[site] += len(new)
         if path != "acl_op":
             return
         for warning in self.data.warnings:
