@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sim_source import cpp, cpp_block
 
-from ascend_env import sim
+from ascend_env import _audited, sim
 from ascend_env.sim import compile_keys, oppaths, optables, paths
 from ascend_env.sim.reports import Counts, PathsReport, RunReport, Span, Steady, Warning64Record
 
@@ -79,7 +79,7 @@ def test_steady_compiles_counts_every_generate_from_the_steady_step():
 
 def test_the_table_is_asked_of_the_simulator():
     assert sim.enabled_table() is None and sim.enabled_ops() == frozenset()
-    assert Path(sim.shim_path(), "sitecustomize.py").is_file()
+    assert Path(_audited.shim_path(), "sitecustomize.py").is_file()
 
 
 def test_a_foreach_op_registered_by_hand_runs_on_the_npu_not_the_fallback(monkeypatch):
