@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-import ascend_env.sim.paths
+import ascend_env.sim.dispatch_model
 from ascend_env import _audited
 from ascend_env.checks import emulated_audit, paths_report, process_reports, tables, torch_npu_wheel
 from ascend_env.checks.findings import Findings, Outcome, Unaudited, findings_from
@@ -94,9 +94,9 @@ def run(
         else:
             compile_mode.export_soc(env)
         if paths:
-            env[ascend_env.sim.paths.ENV] = "1"
+            env[ascend_env.sim.dispatch_model.ENV] = "1"
         else:
-            env.pop(ascend_env.sim.paths.ENV, None)
+            env.pop(ascend_env.sim.dispatch_model.ENV, None)
         outcome = _supervised(command, env, scratch, timeout, stdout)
         reports = process_reports.read_reports(scratch)
     finally:

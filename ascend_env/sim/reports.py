@@ -7,7 +7,7 @@ reader and the tests.
   the last one) and by ``_audited_shim/sitecustomize.py`` for
   a Python that cannot import ascend_env; read by :mod:`ascend_env.checks.process_reports`.
 - :class:`PathsReport`: the dispatch-path model's findings in one process
-  (:meth:`ascend_env.sim.paths.Model.report`), a report's ``"paths"``; summed over the processes
+  (:meth:`ascend_env.sim.dispatch_model.Model.report`), a report's ``"paths"``; summed over the processes
   by :func:`ascend_env.checks.paths_report.summarize`.
 
 Types only: importing this module imports nothing else of ascend_env, and no torch.

@@ -274,7 +274,7 @@ def test_a_planted_upward_arrow_is_caught():
         "def later():\n"
         "    import ascend_env.checks.verdict\n"
         "    from ..hook import runtime\n"
-        "    return sys.modules.get('ascend_env.commands.audit'), sys.modules['ascend_env.sim.paths']\n"
+        "    return sys.modules.get('ascend_env.commands.audit'), sys.modules['ascend_env.sim.steps']\n"
     )
     assert upward("detect/report.py", planted) == [
         "detect/report.py:3 -> ascend_env._audited (sim above detect)",
@@ -282,7 +282,7 @@ def test_a_planted_upward_arrow_is_caught():
         "detect/report.py:6 -> ascend_env.hook (hook above detect)",
         "detect/report.py:6 -> ascend_env.hook.runtime (hook above detect)",
         "detect/report.py:7 -> ascend_env.commands.audit (commands above detect)",
-        "detect/report.py:7 -> ascend_env.sim.paths (sim above detect)",
+        "detect/report.py:7 -> ascend_env.sim.steps (sim above detect)",
     ]
     assert upward("commands/audit.py", planted) == []
     assert circles({"detect": {"hook", "utils"}, "hook": {"sim"}, "sim": {"detect"}, "utils": set()}) == [
