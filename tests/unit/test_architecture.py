@@ -290,6 +290,26 @@ def test_a_planted_upward_arrow_is_caught():
     ]
 
 
+# ``import torch_npu`` is no arrow: it names the user's torch_npu, wherever sys.path finds it. The
+# simulated one under ``sim/pkgs/`` is on sys.path only in a simulated process (put there by
+# ``sim.add_torch_npu_to_path()`` or the audit's start-up), so a drawing that resolves the name
+# against the source tree shows ``hook/runtime.py -> sim/pkgs/torch_npu/__init__.py``, an arrow up
+# from hook/ that no import makes: only ``ascend_env.*`` names count.
+
+
+def test_import_torch_npu_is_not_an_arrow_to_the_simulated_package():
+    runtime = ast.parse((PACKAGE / "hook" / "runtime.py").read_text(encoding="utf-8"))
+    imported = {
+        alias.name for node in ast.walk(runtime) if isinstance(node, ast.Import) for alias in node.names
+    }
+    assert "torch_npu" in imported and (PACKAGE / "sim" / "pkgs" / "torch_npu" / "__init__.py").is_file()
+    assert upward("hook/runtime.py", "import torch_npu\nfrom torch_npu import npu\n") == []
+    # The simulated package reached by its own name is an arrow, and an upward one.
+    assert upward("hook/runtime.py", "import ascend_env.sim.pkgs.torch_npu\n") == [
+        "hook/runtime.py:1 -> ascend_env.sim.pkgs.torch_npu (sim above hook)"
+    ]
+
+
 def test_the_page_lists_the_levels_in_order():
     text = PAGE.read_text(encoding="utf-8")
     listed = re.search(r"^`utils/`.*$", text, re.M)
