@@ -1,11 +1,11 @@
 """The audited process's start-up: what ``ascend-env audit`` runs in every Python process of a command.
 
-``sim/shim/sitecustomize.py`` calls :func:`start_from_environment` in each Python process the
-audited command starts. Most such processes (a shell helper, pip, a tokenizer worker) never import
-torch, so start-up stays light: this module sits outside :mod:`ascend_env.sim` (whose package
-imports cost more than a whole Python start) and imports only what a bare interpreter has loaded,
-plus :mod:`ascend_env.utils.importhooks` and :mod:`ascend_env.utils.jsonwrite` (its reports'
-writer). It
+``_audited_shim/sitecustomize.py``, beside this module, calls :func:`start_from_environment` in
+each Python process the audited command starts. Most such processes (a shell helper, pip, a
+tokenizer worker) never import torch, so start-up stays light: this module sits outside
+:mod:`ascend_env.sim` (whose package imports cost more than a whole Python start) and imports
+only what a bare interpreter has loaded, plus :mod:`ascend_env.utils.importhooks` and
+:mod:`ascend_env.utils.jsonwrite` (its reports' writer). It
 
 - writes the process's first report at once (a light one: no torch), so that the audit can tell
   an audited process from one that ran outside the simulator (``python -I``, ``-E``, ``-S``);
@@ -75,6 +75,7 @@ __all__ = [
     "Reporter",
     "current",
     "install",
+    "shim_path",
     "start_from_environment",
 ]
 
@@ -96,6 +97,12 @@ POLL_SECONDS = 0.1
 _LOCK_SECONDS = 2.0
 # The simulated torch_npu package lives in ascend_env/sim/pkgs (ascend_env.sim.torch_npu_path()).
 _PKGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim", "pkgs")
+
+
+def shim_path() -> str:
+    """The directory whose ``sitecustomize`` runs this start-up in each Python process (first on an
+    audited command's ``PYTHONPATH``)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_audited_shim")
 
 
 def _no_counts() -> Dict[str, int]:

@@ -1,7 +1,7 @@
 """Start-up cost of a Python process under ``ascend-env audit`` that never imports torch.
 
 Every Python process of an audited command runs the audit's ``sitecustomize``
-(``ascend_env/sim/shim``). Most of them (shell helpers, pip, tokenizer workers) never import
+(``ascend_env/_audited_shim``). Most of them (shell helpers, pip, tokenizer workers) never import
 torch, and the simulator waits for torch, so such a process should cost little more than a plain
 start (issue #37 item 6 set the bar at 3x). This times, side by side, in rotating order, for each
 interpreter given:
@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from bench_tables import AUDIT_STARTUP_HEADER, audit_startup_row, write
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIM = ROOT / "ascend_env" / "sim" / "shim"
+SHIM = ROOT / "ascend_env" / "_audited_shim"
 
 
 def start_once(python: str, code: str, environ: Dict[str, str]) -> Tuple[float, float]:

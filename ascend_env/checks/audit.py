@@ -1,7 +1,7 @@
 """``audit``: run a command on the simulated NPU and collect every op that fell back to the CPU.
 
 The command runs in its own session (so its process group can be stopped as one) with
-``ascend_env/sim/shim`` first on ``PYTHONPATH``; its ``sitecustomize`` reports every Python process
+``ascend_env/_audited_shim`` first on ``PYTHONPATH``; its ``sitecustomize`` reports every Python process
 the command starts, forked ones included, to a report directory, and enables the simulator in
 those that import torch (see :mod:`ascend_env._audited`). The audit follows the command's whole
 process tree (:mod:`ascend_env.utils.supervise`), so that a Python process that ran outside the
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-import ascend_env.sim.paths
-from ascend_env import _audited, sim
+import ascend_env.sim.dispatch_model
+from ascend_env import _audited
 from ascend_env.checks import (
     emulated_audit,
     measured_paths,
@@ -112,9 +112,9 @@ def _run_simulated(
         else:
             compile_mode.export_soc(env)
         if paths:
-            env[ascend_env.sim.paths.ENV] = "1"
+            env[ascend_env.sim.dispatch_model.ENV] = "1"
         else:
-            env.pop(ascend_env.sim.paths.ENV, None)
+            env.pop(ascend_env.sim.dispatch_model.ENV, None)
         outcome = _supervised(command, env, scratch, timeout, stdout)
         reports = process_reports.read_reports(scratch)
     finally:
@@ -360,7 +360,7 @@ def unaudited_reason(member: Union[proctree.Member, proctree.Image]) -> str:
         if _audited.REPORTS not in member.environ:
             return f"its environment has no {_audited.REPORTS} (the command replaced the environment)"
         path = member.environ.get("PYTHONPATH", "").split(os.pathsep)
-        if sim.shim_path() not in path:
+        if _audited.shim_path() not in path:
             return "its PYTHONPATH does not hold the audit's sitecustomize (the command replaced PYTHONPATH)"
     return (
         "it wrote no report (it ended as it started, or its Python could not run the audit's sitecustomize)"

@@ -286,7 +286,7 @@ _NONE_FOUND = {
 _NONE_MEASURED = {"compiles": "no online compile (aclopCompileAndExecute), measured on the emulated CANN"}
 
 #: What the audit's sitecustomize reports where its Python cannot import ascend_env
-#: (``sim/shim/sitecustomize.py``, which cannot import this module to share it).
+#: (``_audited_shim/sitecustomize.py``, which cannot import this module to share it).
 _NO_ASCEND_ENV = re.compile(r"^this Python \((.*)\) cannot import ascend_env \(")
 
 

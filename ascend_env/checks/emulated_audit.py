@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ascend_env import _audited, sim
+from ascend_env import _audited
 from ascend_env.checks.findings import Findings, plural
 from ascend_env.checks.torch_npu_wheel import Choice
 from ascend_env.checks.verdict import fallback_lines
@@ -52,7 +52,7 @@ def environment(
     env[_audited.LABEL] = choice.label
     if soc:
         env[emulated.SOC_VARIABLE] = soc
-    front = [sim.shim_path()] + ([str(choice.path)] if choice.path is not None else [])
+    front = [_audited.shim_path()] + ([str(choice.path)] if choice.path is not None else [])
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join(front + ([path] if path else []))
     return env

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 from ascend_env.checks.paths_report import PathsSummary, RunSummary
-from ascend_env.sim.paths import STEADY_FROM
+from ascend_env.sim.dispatch_model import STEADY_FROM
 from ascend_env.sim.reports import MeasuredRun, MeasuredStep, ProcessReport, Span
 
 __all__ = ["MeasuredRunSummary", "MeasuredSummary", "failing", "failing_text", "format_text", "summarize"]

@@ -1,7 +1,7 @@
 """The audit's side of the dispatch-path model (``audit --paths``): which SoC to simulate, which
 findings fail the audit, the findings of every process summed (:class:`PathsSummary`), and the
 report's lines about them. The model itself runs in the audited processes
-(:mod:`ascend_env.sim.paths`); this module imports no torch.
+(:mod:`ascend_env.sim.dispatch_model`); this module imports no torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Literal, Mapping, Optional, Sequence, T
 from ascend_env.detect import machine, socs
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import compile_mode
-from ascend_env.sim.paths import STEADY_FROM, most_first
+from ascend_env.sim.dispatch_model import STEADY_FROM, most_first
 from ascend_env.sim.reports import Counts, GuardRecord, ProcessReport, Span, Steady, Warning64Record
 
 __all__ = [

@@ -294,7 +294,7 @@ def _check_generate(torch: Any, device: str) -> StepResult:
 
 
 def _start_paths(backend: Backend) -> Optional[str]:
-    """On the simulator, start the dispatch-path model (``ascend_env.sim.paths``), so that the
+    """On the simulator, start the dispatch-path model (``ascend_env.sim.dispatch_model``), so that the
     would-be online compiles of ``generate()`` are counted; why it cannot be, else None."""
     if backend["kind"] != "simulator":
         return None
@@ -304,9 +304,9 @@ def _start_paths(backend: Backend) -> Optional[str]:
     table = sim.enabled_table()
     if oppaths.lookup(table) is None:
         return f"no op-path data for the simulated table {table}"
-    from ascend_env.sim import paths
+    from ascend_env.sim import dispatch_model
 
-    paths.start()
+    dispatch_model.start()
     return None
 
 
@@ -328,7 +328,7 @@ def _compile_record(torch: Any, backend: Backend, unmodelled: Optional[str]) -> 
             "jit_compile": None if check is None else not check(),
             "guard": guard,
         }
-    from ascend_env.sim import compile_mode, paths
+    from ascend_env.sim import compile_mode, dispatch_model
 
     record: CompileRecord = {
         "soc": compile_mode.soc(),
@@ -337,14 +337,14 @@ def _compile_record(torch: Any, backend: Backend, unmodelled: Optional[str]) -> 
         "jit_compile": compile_mode.jit_compile(),
         "guard": guard,
     }
-    found = paths.report()
+    found = dispatch_model.report()
     if found is None:
         record["unmodelled"] = unmodelled or "the dispatch-path model did not start"
         return record
-    steady, by_op = paths.steady_compiles(found)
+    steady, by_op = dispatch_model.steady_compiles(found)
     record.update(
         {
-            "steady_from": paths.STEADY_FROM,
+            "steady_from": dispatch_model.STEADY_FROM,
             "steady_would_compile": steady,
             "steady_would_compile_by_op": by_op,
         }

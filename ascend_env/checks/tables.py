@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from ascend_env import _audited, sim
+from ascend_env import _audited
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import optables, startup
 
@@ -145,7 +145,7 @@ def audited_environment(
     env.update(table.env)
     env[_audited.REPORTS] = str(reports)
     path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = sim.shim_path() + (os.pathsep + path if path else "")
+    env["PYTHONPATH"] = _audited.shim_path() + (os.pathsep + path if path else "")
     # torch loads backends at import unless this is "0" (torch/__init__.py); the simulated release
     # stands in for torch_npu's entry point as the user's setting allows.
     user_autoload = env.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1"

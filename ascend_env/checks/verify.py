@@ -54,7 +54,7 @@ from ascend_env.checks.verdict import IMPORT_WORDS, judge
 from ascend_env.checks.verify_result import Smoke, VerifyResult
 from ascend_env.detect import machine
 from ascend_env.exceptions import CheckFailed, EnvironmentProblem, UsageError
-from ascend_env.sim import paths, startup
+from ascend_env.sim import dispatch_model, startup
 from ascend_env.utils import jsontext, progress
 from ascend_env.utils.pyflags import child_flags
 
@@ -71,7 +71,7 @@ __all__ = [
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 #: What an audit tells its processes; a verify run inside an audited command must not inherit it.
-AUDIT_VARIABLES = (*startup.VARIABLES, _audited.REPORTS, paths.ENV)
+AUDIT_VARIABLES = (*startup.VARIABLES, _audited.REPORTS, dispatch_model.ENV)
 TIMEOUT = 900.0  # seconds; the first run on the simulator may compile its extension
 DEVICES = ("auto", "npu", "sim")
 

@@ -42,7 +42,6 @@ __all__ = [
     "enabled_table",
     "fallbacks",
     "reset",
-    "shim_path",
     "torch_npu_path",
     "unknown_ops",
 ]
@@ -118,12 +117,6 @@ def enable_ops(label: str, ops: FrozenSet[str], fallback_disable: bool = False) 
 def torch_npu_path() -> str:
     """The directory holding the simulated ``torch_npu`` package (never on ``sys.path`` by itself)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "pkgs")
-
-
-def shim_path() -> str:
-    """The directory whose ``sitecustomize`` reports each Python process to the audit (first on
-    an audited command's ``PYTHONPATH``)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 
 
 def add_torch_npu_to_path() -> None:

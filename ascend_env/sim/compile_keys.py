@@ -1,5 +1,5 @@
 """What a call compiles online on a real NPU (``aclopCompileAndExecute``): which kernel it reaches and
-the key a compiled kernel is cached under, for the dispatch-path model (:mod:`ascend_env.sim.paths`).
+the key a compiled kernel is cached under, for the dispatch-path model (:mod:`ascend_env.sim.dispatch_model`).
 Checked against the real torch_npu 2.1.0.post6 binary on the emulated CANN
 (``tests/cann/test_paths_binary.py``). Importing this module imports no torch.
 """

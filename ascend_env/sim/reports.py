@@ -4,10 +4,10 @@ reader and the tests.
 - :class:`ProcessReport`: each audited Python process image's report,
   ``<pid>-<start>-<exec generation>-<random>.json`` in the audit's report directory, written
   by :class:`ascend_env._audited.Reporter` (the facts of :mod:`ascend_env.sim.startup` added to
-  the last one) and by ``sim/shim/sitecustomize.py`` for
+  the last one) and by ``_audited_shim/sitecustomize.py`` for
   a Python that cannot import ascend_env; read by :mod:`ascend_env.checks.process_reports`.
 - :class:`PathsReport`: the dispatch-path model's findings in one process
-  (:meth:`ascend_env.sim.paths.Model.report`), a report's ``"paths"``; summed over the processes
+  (:meth:`ascend_env.sim.dispatch_model.Model.report`), a report's ``"paths"``; summed over the processes
   by :func:`ascend_env.checks.paths_report.summarize`.
 
 Types only: importing this module imports nothing else of ascend_env, and no torch.

@@ -1,5 +1,5 @@
 """What silences torch_npu's warnings: the rule of the simulated NPU's CAUTION line and 64-bit
-warning, as ``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp`` reads it (tests/unit/test_silencing.py
+warning, as ``warnings_silenced()`` in ``sim/csrc/sim_backend.cpp`` reads it (tests/unit/sim/test_silencing.py
 reads it there): a ``RANK`` other than 0, a switch set to 1, a quiet C++ log level.
 
 Imports nothing else of ascend_env, and no torch.

@@ -8,7 +8,7 @@ where each process reports, is :mod:`ascend_env._audited`'s):
   (``ASCEND_ENV_AUDIT_LABEL`` names it, ``ASCEND_ENV_AUDIT_FALLBACK_DISABLE=1`` if it honours
   ``TORCH_NPU_FALLBACK_CPU_DISABLE``);
 - ``ASCEND_ENV_AUDIT_AUTOLOAD=1``: the simulated release is loaded by ``import torch`` itself;
-- ``ASCEND_ENV_AUDIT_PATHS=1``: model torch_npu's dispatch paths (``ascend_env.sim.paths``), with
+- ``ASCEND_ENV_AUDIT_PATHS=1``: model torch_npu's dispatch paths (``ascend_env.sim.dispatch_model``), with
   the SoC of ``ASCEND_ENV_SOC``; the model's findings join the last report (``"paths"``);
 
 **Autoload.** torch >= 2.5 loads every ``torch.backends`` entry point at the end of ``import
@@ -88,10 +88,10 @@ class Started(NamedTuple):
 def start(environ: Mapping[str, str]) -> Started:
     """Run this process on the simulated NPU as the audit asked: enable the simulator and start
     the dispatch-path model if asked."""
-    from ascend_env.sim import paths
+    from ascend_env.sim import dispatch_model
 
     enable(environ)
-    paths.start_from_environment(environ)
+    dispatch_model.start_from_environment(environ)
     return Started(sim.enabled_table(), environ.get(AUTOLOAD) == "1" and _torch_autoloads())
 
 
@@ -117,8 +117,8 @@ def last_facts() -> LastFacts:
     """What the last report adds: whether the process used the npu device, the dispatch-path
     model's findings, and how the startup hook heard of torch_npu (where the hook runs)."""
     facts: LastFacts = {"npu_used": _npu_used()}
-    paths = sys.modules.get("ascend_env.sim.paths")
-    modelled = None if paths is None else paths.report()
+    model = sys.modules.get("ascend_env.sim.dispatch_model")
+    modelled = None if model is None else model.report()
     if modelled is not None:
         facts["paths"] = modelled
     facts["hook_events"] = _hook_events()

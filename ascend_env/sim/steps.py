@@ -1,5 +1,5 @@
 """Where transformers' ``generate()`` calls and their decoding steps begin and end, as they happen:
-the hooks the dispatch-path model (:mod:`ascend_env.sim.paths`) listens with.
+the hooks the dispatch-path model (:mod:`ascend_env.sim.dispatch_model`) listens with.
 
 The decoding loops call ``StoppingCriteriaList.__call__`` once per iteration
 (``unfinished_sequences & ~stopping_criteria(input_ids, scores)`` in transformers 4.46.3's
@@ -21,7 +21,7 @@ __all__ = ["Listener", "listen"]
 
 
 class Listener(Protocol):
-    """What hears of the calls and steps (:class:`ascend_env.sim.paths.Model`)."""
+    """What hears of the calls and steps (:class:`ascend_env.sim.dispatch_model.Model`)."""
 
     def site(self) -> str:
         """Where ``generate()`` was called from: ``file:line``."""

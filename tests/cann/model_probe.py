@@ -15,11 +15,11 @@ from ascend_env import sim  # noqa: E402
 
 sim.enable(release)
 sim.add_torch_npu_to_path()
-from ascend_env.sim import paths  # noqa: E402
+from ascend_env.sim import dispatch_model  # noqa: E402
 
-paths.start()
+dispatch_model.start()
 runpy.run_path(probe, run_name="__main__")
-found = paths.report()
+found = dispatch_model.report()
 assert found is not None
 steps = found["generate"][0]["steps"]
 print(json.dumps([{"by_op": step["would_compile_by_op"], "paths": step["paths"]} for step in steps]))

@@ -6,7 +6,7 @@ nothing installed), the upstream aten ops the binary registers under PrivateUse1
 dispatcher, on the emulated CANN) must be exactly the table's (``optables.registered``: the
 ``supported:`` lists and the ``_foreach_*`` ops registered by hand), less the ops it registers for
 sparse tensors only. The releases no Python here can import are checked against op-plugin's YAML
-instead (tests/unit/test_optables.py).
+instead (tests/unit/sim/test_optables.py).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def test_crash_and_concurrency_long():
 
 def test_fuzz_long():
     counts = run_suite(
-        "test_fuzz_parsers.py",
+        "patching/test_fuzz_parsers.py",
         {"ASCEND_ENV_FUZZ_EXAMPLES": str(FUZZ_EXAMPLES), "ASCEND_ENV_FUZZ_RANDOM": "1"},
     )
     assert counts["fuzz_inputs"] >= 7 * FUZZ_EXAMPLES * 9 // 10, counts

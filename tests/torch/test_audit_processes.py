@@ -261,7 +261,7 @@ def test_a_signal_to_the_audit_stops_the_command_and_cleans_up(tmp_path, signum,
     )
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # SIGINT as a foreground process gets it: a suite run as a shell's background job ignores it,
-    # and the audit rightly keeps an ignored SIGINT ignored (tests/unit/test_audit_reports.py).
+    # and the audit rightly keeps an ignored SIGINT ignored (tests/unit/checks/test_audit.py).
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -274,7 +274,7 @@ def test_a_planted_upward_arrow_is_caught():
         "def later():\n"
         "    import ascend_env.checks.verdict\n"
         "    from ..hook import runtime\n"
-        "    return sys.modules.get('ascend_env.commands.audit'), sys.modules['ascend_env.sim.paths']\n"
+        "    return sys.modules.get('ascend_env.commands.audit'), sys.modules['ascend_env.sim.steps']\n"
     )
     assert upward("detect/report.py", planted) == [
         "detect/report.py:3 -> ascend_env._audited (sim above detect)",
@@ -282,11 +282,31 @@ def test_a_planted_upward_arrow_is_caught():
         "detect/report.py:6 -> ascend_env.hook (hook above detect)",
         "detect/report.py:6 -> ascend_env.hook.runtime (hook above detect)",
         "detect/report.py:7 -> ascend_env.commands.audit (commands above detect)",
-        "detect/report.py:7 -> ascend_env.sim.paths (sim above detect)",
+        "detect/report.py:7 -> ascend_env.sim.steps (sim above detect)",
     ]
     assert upward("commands/audit.py", planted) == []
     assert circles({"detect": {"hook", "utils"}, "hook": {"sim"}, "sim": {"detect"}, "utils": set()}) == [
         ["detect", "hook", "sim"]
+    ]
+
+
+# ``import torch_npu`` is no arrow: it names the user's torch_npu, wherever sys.path finds it. The
+# simulated one under ``sim/pkgs/`` is on sys.path only in a simulated process (put there by
+# ``sim.add_torch_npu_to_path()`` or the audit's start-up), so a drawing that resolves the name
+# against the source tree shows ``hook/runtime.py -> sim/pkgs/torch_npu/__init__.py``, an arrow up
+# from hook/ that no import makes: only ``ascend_env.*`` names count.
+
+
+def test_import_torch_npu_is_not_an_arrow_to_the_simulated_package():
+    runtime = ast.parse((PACKAGE / "hook" / "runtime.py").read_text(encoding="utf-8"))
+    imported = {
+        alias.name for node in ast.walk(runtime) if isinstance(node, ast.Import) for alias in node.names
+    }
+    assert "torch_npu" in imported and (PACKAGE / "sim" / "pkgs" / "torch_npu" / "__init__.py").is_file()
+    assert upward("hook/runtime.py", "import torch_npu\nfrom torch_npu import npu\n") == []
+    # The simulated package reached by its own name is an arrow, and an upward one.
+    assert upward("hook/runtime.py", "import ascend_env.sim.pkgs.torch_npu\n") == [
+        "hook/runtime.py:1 -> ascend_env.sim.pkgs.torch_npu (sim above hook)"
     ]
 
 

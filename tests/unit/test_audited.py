@@ -232,8 +232,8 @@ def test_a_report_holds_the_keys_of_a_process_report(tmp_path):
 
 
 def test_the_shim_reports_where_the_reporter_does():
-    # sim/shim/sitecustomize.py runs where ascend_env may not import: it spells the variable out.
-    shim = Path(_audited.__file__).parent / "sim" / "shim" / "sitecustomize.py"
+    # _audited_shim/sitecustomize.py runs where ascend_env may not import: it spells the variable out.
+    shim = Path(_audited.__file__).parent / "_audited_shim" / "sitecustomize.py"
     named = set(re.findall(r'"(ASCEND_ENV_AUDIT_\w+)"', shim.read_text(encoding="utf-8")))
     assert named == {_audited.REPORTS, _audited.EXEC}
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ascend_env"
 # Outside the contract (test_architecture.ALL_EXEMPT), or run by their import (the audit's
 # sitecustomize runs the next one on sys.path).
-LEFT_OUT = ("ascend_env.hook.boot", "ascend_env.sim.pkgs", "ascend_env.sim.shim.sitecustomize")
+LEFT_OUT = ("ascend_env.hook.boot", "ascend_env.sim.pkgs", "ascend_env._audited_shim.sitecustomize")
 
 
 def dotted(path: Path) -> str:

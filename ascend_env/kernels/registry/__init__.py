@@ -10,7 +10,7 @@ where each decomposition declares the overloads it serves:
   from an op's name;
 - ``module``: whose ``KERNELS`` maps each overload (``"isin.Tensor_Tensor"``) to its kernel;
 - ``overloads``: each :class:`Overload` with the releases that lack it (PEP 440 specifiers,
-  checked against the op tables by ``tests/unit/test_registry.py``) and the overload its
+  checked against the op tables by ``tests/unit/kernels/test_registry.py``) and the overload its
   composite kernel calls (the ``out=`` form), which must be missing too for it to fall back;
 - ``reason`` and ``upstream`` (where the missing kernel, or the behaviour modelled, is recorded);
 - ``namespace`` and ``dispatch_key``: ``aten`` / ``torchvision`` and ``PrivateUse1``;

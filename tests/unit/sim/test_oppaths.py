@@ -18,7 +18,7 @@ import pytest
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import oppaths, optables
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMIT_210_POST6 = "b761d5824d7bc3f48033fe7120552cc2cfbce56d"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_env import origin, sim
+from ascend_env import _audited, origin
 from ascend_env.checks import audit, process_reports, tables
 from ascend_env.cli import main
 from ascend_env.exceptions import EnvironmentProblem
@@ -113,7 +113,7 @@ def test_a_python_without_ascend_env_says_so(tmp_path, capsys):
     fake = tmp_path / "ascend_env"
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
-    path = f"PYTHONPATH={sim.shim_path()}:{tmp_path}"
+    path = f"PYTHONPATH={_audited.shim_path()}:{tmp_path}"
     code = main(["audit", "--json", "--torch-npu", "2.4.0", "--", "env", path, PY, "-c", "pass"])
     report = json.loads(capsys.readouterr().out)
     assert code == 1

@@ -105,7 +105,7 @@ WARN_OPS: Dict[str, frozenset[str]] = {
 }
 DEVICE = "npu"
 # The kernels the simulator registers whatever the table: kInfrastructure in sim/csrc/sim_backend.cpp
-# (tests/unit/test_paths.py reads it there).
+# (tests/unit/sim/test_dispatch_model.py reads it there).
 INFRASTRUCTURE = frozenset(
     {
         "is_pinned",

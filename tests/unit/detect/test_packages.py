@@ -10,7 +10,7 @@ from pathlib import Path
 from ascend_env.detect import packages
 from ascend_env.patching import records
 
-DIST_INFO = Path(__file__).parent / "data" / "dist-info"
+DIST_INFO = Path(__file__).resolve().parents[1] / "data" / "dist-info"
 
 
 def install(site: Path, fixture: str, version: str = "", package: str = "") -> Path:

@@ -18,7 +18,7 @@ from ascend_env.detect.report import NO_TORCH_NPU, Report, detect
 from ascend_env.hook import compile_guard
 from ascend_env.kernels import registry
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 DIST_INFO = DATA / "dist-info"
 TENSOR_TENSOR = (
     "- func: isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, "

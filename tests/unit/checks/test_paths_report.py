@@ -10,7 +10,7 @@ import pytest
 from ascend_env.checks import paths_report
 from ascend_env.cli import main
 from ascend_env.exceptions import UsageError
-from ascend_env.sim import paths
+from ascend_env.sim import dispatch_model
 from ascend_env.sim.reports import PathsReport, ProcessReport, RunReport
 
 
@@ -54,11 +54,13 @@ def test_soc_choice():
 
 def report(steps, warnings=()) -> ProcessReport:
     """A process's report of one generate() with these (would compile, host syncs) steps."""
-    bucket = paths.Bucket().to_json()
+    bucket = dispatch_model.Bucket().to_json()
     step_json = [
         dict(bucket, would_compile=compiles, host_syncs=syncs, warnings_64bit=0) for compiles, syncs in steps
     ]
-    run = RunReport(steps=step_json, after=bucket, steady=paths.steady_state(step_json), site=None, mode=None)
+    run = RunReport(
+        steps=step_json, after=bucket, steady=dispatch_model.steady_state(step_json), site=None, mode=None
+    )
     return ProcessReport(
         pid=7,
         paths=PathsReport(
@@ -68,7 +70,7 @@ def report(steps, warnings=()) -> ProcessReport:
             jit_compile_set=None,
             op_paths="2.1.0.post6",
             op_paths_source="op-plugin x",
-            steady_from=paths.STEADY_FROM,
+            steady_from=dispatch_model.STEADY_FROM,
             totals=dict(bucket, would_compile_by_op={"cat": sum(c for c, _ in steps)}),
             outside_generate=bucket,
             generate=[run],
@@ -113,9 +115,9 @@ def no_npu_smi() -> str:
 
 
 def run_of(site, mode, steps=((3, 1), (2, 1), (1, 1), (1, 1))) -> RunReport:
-    bucket = paths.Bucket().to_json()
+    bucket = dispatch_model.Bucket().to_json()
     step_json = [dict(bucket, would_compile=c, host_syncs=s, warnings_64bit=0) for c, s in steps]
-    steady = paths.steady_state(step_json)
+    steady = dispatch_model.steady_state(step_json)
     return RunReport(steps=step_json, after=bucket, steady=steady, site=site, mode=mode)
 
 

@@ -74,6 +74,6 @@ def test_autoload_follows_the_release_and_the_users_switch(tmp_path, release, us
 def test_verify_drops_every_variable_the_audit_passes():
     from ascend_env import _audited
     from ascend_env.checks import verify
-    from ascend_env.sim import paths
+    from ascend_env.sim import dispatch_model
 
-    assert set(verify.AUDIT_VARIABLES) == {*startup.VARIABLES, _audited.REPORTS, paths.ENV}
+    assert set(verify.AUDIT_VARIABLES) == {*startup.VARIABLES, _audited.REPORTS, dispatch_model.ENV}

@@ -10,7 +10,7 @@ import pytest
 from ascend_env.detect import npu_oplists
 from ascend_env.exceptions import EnvironmentProblem
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from ascend_env.utils import progress
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

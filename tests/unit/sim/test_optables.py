@@ -14,7 +14,7 @@ from ascend_env.detect import npu_oplists
 from ascend_env.exceptions import UsageError
 from ascend_env.sim import optables
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_generator():

@@ -14,9 +14,9 @@ from packaging.version import Version
 from ascend_env.patching.diffs import HEADER_KEYS, FilePatch, apply_patch, parse_patch
 from ascend_env.patching.manifest import load_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PATCHES = ROOT / "patches"
-EXCERPTS = Path(__file__).resolve().parent / "data" / "patch_excerpts"
+EXCERPTS = Path(__file__).resolve().parents[1] / "data" / "patch_excerpts"
 PATCH_FILES = sorted((PATCHES / "transformers").glob("*.patch"))
 RAW = json.loads((PATCHES / "manifest.json").read_text(encoding="utf-8"))
 INDEX = json.loads((EXCERPTS / "index.json").read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from audit_support import ISIN, report
 
-from ascend_env import _audited, sim
+from ascend_env import _audited
 from ascend_env.checks import audit_text, emulated_audit
 from ascend_env.checks.findings import Outcome, findings_from
 from ascend_env.checks.torch_npu_wheel import Choice
@@ -128,12 +128,12 @@ def test_a_cann_that_cannot_start_is_an_environment_error():
 def test_the_environment_runs_the_real_binary_not_the_simulator(tmp_path):
     base = {"PYTHONPATH": "/mine", startup.TORCH_NPU: "2.2.0", "PATH": "/bin"}
     env = emulated_audit.environment(CHOICE, tmp_path, "Ascend910A", base)
-    assert env["PYTHONPATH"] == os.pathsep.join([sim.shim_path(), "/cache/unpacked", "/mine"])
+    assert env["PYTHONPATH"] == os.pathsep.join([_audited.shim_path(), "/cache/unpacked", "/mine"])
     assert env[_audited.CANN] == "emulated" and env[_audited.REPORTS] == str(tmp_path)
     assert env[emulated.SOC_VARIABLE] == "Ascend910A" and startup.TORCH_NPU not in env
     assert env[_audited.LABEL] == CHOICE.label and env["PATH"] == "/bin"
     installed = Choice("2.1.0.post6", "installed", None, None)
-    assert emulated_audit.environment(installed, tmp_path, None, {})["PYTHONPATH"] == sim.shim_path()
+    assert emulated_audit.environment(installed, tmp_path, None, {})["PYTHONPATH"] == _audited.shim_path()
 
 
 def test_the_tee_copies_every_byte_and_hands_each_line(tmp_path):

@@ -1,96 +1,20 @@
-"""verify without torch: the child's environment, the verdict on smoke reports, and the CLI's exit
-codes with a torch that cannot be imported (which also proves the parent never imports torch)."""
+"""verify's verdict on the smoke reports (``ascend_env.checks.verdict``): the fallback lines read
+from fd 2, each check over good and broken reports, compile mode, the emulated CANN."""
 
 from __future__ import annotations
 
-import copy
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from typed_reports import unknown_keys
+from verify_support import CAUTION, ISIN_OUT, failed, good_report, judged
 
 from ascend_env import states
-from ascend_env.checks import smoke, verdict, verify, verify_result, verify_text
+from ascend_env.checks import smoke, verdict, verify_result, verify_text
 from ascend_env.checks.smoke_report import SmokeReport
 from ascend_env.checks.verify_result import Smoke
-from ascend_env.exceptions import UsageError
 from ascend_env.hook.runtime import HookStatus
-from ascend_env.kernels import registry
-from ascend_env.sim import optables
-
-CAUTION = (
-    "[W VariableFallbackKernel.cpp:51] Warning: CAUTION: The operator '{op}' is not currently supported on "
-    "the NPU backend and will fall back to run on the CPU. This may have performance implications. "
-    "(function npu_cpu_fallback)\n"
-)
-ISIN_OUT = "aten::isin.Tensor_Tensor_out"
-SILENCED = {
-    "RANK": "1",
-    "TORCH_NPU_DISABLED_WARNING": "1",
-    "TORCH_NPU_WARNING_DISABLE": "1",
-    "TORCH_CPP_LOG_LEVEL": "ERROR",
-}
-
-
-# -- the child's environment ----------------------------------------------------------------------
-
-
-def test_every_silencer_is_neutralised_and_the_rest_kept():
-    base = {**SILENCED, "PATH": "/usr/bin", "PYTHONPATH": "/x", smoke.FALLBACK_DISABLE: "1"}
-    env = verify.child_environment(base, simulate=False, fallback_disable=False)
-    assert env["RANK"] == "0"
-    for name in (
-        "TORCH_NPU_DISABLED_WARNING",
-        "TORCH_NPU_WARNING_DISABLE",
-        "TORCH_CPP_LOG_LEVEL",
-        smoke.FALLBACK_DISABLE,
-        verify.AUTOLOAD,
-    ):
-        assert name not in env
-    assert env["PATH"] == "/usr/bin" and env["PYTHONPATH"] == "/x"
-    assert base["RANK"] == "1"  # the parent's own environment is left alone
-
-
-def test_fallback_disable_and_autoload_are_set_only_when_asked():
-    env = verify.child_environment({}, simulate=True, fallback_disable=True)
-    assert env[smoke.FALLBACK_DISABLE] == "1"
-    assert env[verify.AUTOLOAD] == "0"
-    assert verify.AUTOLOAD not in verify.child_environment({}, simulate=False, fallback_disable=True)
-
-
-_names = st.sampled_from([*smoke.SILENCERS, "PATH", "OTHER", smoke.FALLBACK_DISABLE])
-
-
-_values = st.text(alphabet="01ERORWNINGinfo ", max_size=6)
-
-
-@settings(deadline=None)  # behaviour, not timing: loaded CI machines are slow
-@given(st.dictionaries(_names, _values), st.booleans(), st.booleans())
-def test_no_environment_leaves_a_silencer_in_the_child(base, simulate, fallback_disable):
-    env = verify.child_environment(base, simulate=simulate, fallback_disable=fallback_disable)
-    assert smoke.silencers(env) == {}
-    assert (env.get(smoke.FALLBACK_DISABLE) == "1") is fallback_disable
-
-
-def test_silencers_reads_rank_as_torch_npu_does():
-    assert smoke.silencers({"RANK": "0"}) == {}
-    assert smoke.silencers({"RANK": ""}) == {}
-    assert smoke.silencers({"RANK": " 0"}) == {"RANK": " 0"}  # not "0": the backend's rank is not 0
-    assert smoke.silencers({"RANK": "3", "TORCH_CPP_LOG_LEVEL": "ERROR"}) == {
-        "RANK": "3",
-        "TORCH_CPP_LOG_LEVEL": "ERROR",
-    }
-
-
-# -- reading fd 2 -------------------------------------------------------------------------------------
 
 
 def test_fallback_lines_reads_torch_npus_caution_line():
@@ -114,70 +38,8 @@ def test_refused_ops_reads_the_errors_of_fallback_disable():
     assert verdict.refused_ops("RuntimeError: The operator 'aten::isin' failed") == []
 
 
-# -- judging ------------------------------------------------------------------------------------------
-
-
-def _lacking(op: registry.Op) -> bool:
-    """Whether the 2.1.0.post6 table lacks ``op`` (the hook registers it there)."""
-    table = optables.load("2.1.0.post6")
-    return all(name not in table for name in op.when_missing)
-
-
-def good_report(**changes: Any) -> SmokeReport:
-    """What the smoke test reports when all is well on the simulator (2.1.0.post6 table)."""
-    report: SmokeReport = {
-        "silencers": {},
-        "installation": {
-            "site_packages": "/site",
-            "hook_files": ["ascend_env_hook.pth"],
-            "hook_current": True,
-            "hook_started": True,
-            "hook_disabled": False,
-            "patches": {"status": "applied", "code": 0, "transformers": "4.46.3", "drift": []},
-        },
-        "backend": {
-            "kind": "simulator",
-            "release": "2.1.0.post6",
-            "name": "simulated NPU",
-            "fallback_disable": False,
-        },
-        "steps": {
-            **{
-                fix.name: {
-                    "overloads": {sample.overload: {"ok": True, "error": None} for sample in fix.smoke},
-                    "fallbacks": {},
-                }
-                for fix in registry.FIXES
-                if fix.smoke
-            },
-            "generate": {"ok": True, "error": None, "fallbacks": {}},
-        },
-        "imports": {"order": "transformers", "available": True, "module": "/sim/pkgs/torch_npu/__init__.py"},
-        "hook": {
-            "hook_started": True,
-            "disabled": False,
-            "events": ["torch_npu: import after 1 probe (simulated)"],
-            "registered": [op.op for op in registry.OVERLOADS if _lacking(op)],
-            "native": [op.op for op in registry.OVERLOADS if not _lacking(op)],
-            "errors": [],
-        },
-        "warnings": [],
-    }
-    report.update(copy.deepcopy(changes))  # type: ignore[typeddict-item]
-    return report
-
-
 def test_the_good_report_is_a_smoke_report():
     assert unknown_keys(good_report(), SmokeReport, {"HookStatus": HookStatus}) == []
-
-
-def judged(report: Dict[str, Any], stderr: str = "", strict: bool = False, *more: Smoke) -> Dict[str, Any]:
-    runs = [Smoke("sim", list(smoke.STEPS), report, stderr), *more]
-    return verdict.judge(runs, strict, "--simulate was given").to_dict()
-
-
-def failed(result: Dict[str, Any]) -> Dict[str, str]:
-    return {check["name"]: check["detail"] for check in result["checks"] if not check["ok"]}
 
 
 def test_a_clean_report_passes_and_says_simulator():
@@ -374,32 +236,6 @@ def test_torch_npu_that_cannot_start_on_an_npu_machine_fails_with_the_cann_fix()
     assert text.startswith("verify: FAILED on this machine's NPU: torch_npu did not start")
 
 
-@pytest.mark.parametrize(
-    ("options", "expected"),
-    [
-        (verify.Options(), ("auto", None)),
-        (verify.Options(device="npu"), ("npu", None)),
-        (verify.Options(device="sim"), ("sim", "--device sim was given")),
-        (verify.Options(simulate=True), ("sim", "--simulate was given")),
-        (verify.Options(torch_npu="2.2.0"), ("sim", "--torch-npu was given")),
-    ],
-)
-def test_the_device_is_chosen_as_asked(options, expected):
-    assert verify._chosen_device(options) == expected
-
-
-@pytest.mark.parametrize(
-    ("options", "said"),
-    [
-        (verify.Options(device="gpu"), "not one of auto, npu, sim"),
-        (verify.Options(device="npu", torch_npu="2.2.0"), "cannot run on --device npu"),
-    ],
-)
-def test_a_device_that_cannot_be_honoured_is_a_usage_error(options, said):
-    with pytest.raises(UsageError, match=said):
-        verify._chosen_device(options)
-
-
 def test_broken_torch_and_missing_report_fail():
     broken = judged(
         {
@@ -443,40 +279,6 @@ def test_an_environment_problem_in_a_smoke_test_keeps_its_own_fix():
     )
     check = {check["name"]: check for check in result["checks"]}["smoke test"]
     assert (check["detail"], check["fix"]) == ("the cache is not yours.", "set X")
-
-
-def test_a_python_without_transformers_exits_2_with_its_fix(tmp_path):
-    """torch imports, transformers is not installed: the smoke test says so before the simulator
-    starts (not a ModuleNotFoundError to report)."""
-    import importlib.util
-
-    if importlib.util.find_spec("transformers") is not None:
-        pytest.skip("transformers is installed in this Python")
-    fake = tmp_path / "fake"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text("")
-    code, out, err, _ = run_verify("--simulate", "--json", env={"PYTHONPATH": str(fake)})
-    assert code == 2, err
-    result = json.loads(out)
-    assert result["error"] == "EnvironmentProblem"
-    assert result["problem"].startswith("transformers is not installed for ")
-    assert "reaches torch_npu through transformers' check and runs its generate()" in result["problem"]
-    assert result["fix"].startswith("install the transformers your programs run (pip install transformers;")
-    assert "[sim]" in result["fix"] and "report it" not in result["fix"]
-
-
-def test_transformers_removed_after_install_says_what_status_says_to_run(monkeypatch):
-    from ascend_env.exceptions import EnvironmentProblem
-
-    monkeypatch.setattr(smoke.importlib.util, "find_spec", lambda name, *a: None)
-    run = "python -m ascend_env restore (removes that record and the startup hook)"
-    recorded = {"patches": {"status": "transformers removed", "code": 1, "run": run}}
-    with pytest.raises(EnvironmentProblem) as caught:
-        smoke._require_transformers(recorded)
-    assert caught.value.fix.endswith(f"then verify again; where it is gone for good: {run}")
-    with pytest.raises(EnvironmentProblem) as plain:
-        smoke._require_transformers({"patches": {"status": "nothing to do", "code": 0}})
-    assert "gone for good" not in plain.value.fix
 
 
 def test_a_second_process_is_judged_with_the_first():
@@ -538,174 +340,6 @@ def test_judge_returns_typed_checks_and_fallbacks_that_serialise_to_the_json_doc
     assert list(result.to_dict())[-2:] == ["python", "seconds"]
 
 
-def test_a_check_that_passed_has_no_fix():
-    assert verify_result.Check("hook", True, "fine", "ignored").to_dict() == {
-        "name": "hook",
-        "ok": True,
-        "detail": "fine",
-        "fix": None,
-    }
-    assert verify_result.Check.failed("hook", "broken", "reinstall").to_dict()["fix"] == "reinstall"
-    assert verify_result.Check.passed("hook", "fine").fix is None
-
-
-# -- the command, end to end, with a torch that cannot be imported ---------------------------------
-
-
-@pytest.fixture
-def broken_torch(tmp_path: Path) -> Path:
-    """A directory with a ``torch`` whose import fails, noting each importing pid (and autoload)."""
-    root = tmp_path / "broken"
-    (root / "torch").mkdir(parents=True)
-    (root / "torch" / "__init__.py").write_text(
-        "import os\n"
-        f"with open({str(tmp_path / 'imported')!r}, 'a') as f: f.write(f'{{os.getpid()}}\\n')\n"
-        "raise ImportError('this torch is broken (autoload=' + "
-        "os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD', 'unset') + ')')\n"
-    )
-    return root
-
-
-def run_verify(*args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None) -> tuple:
-    """``python -m ascend_env verify ARGS``: (returncode, stdout, stderr, pid)."""
-    full = {k: v for k, v in os.environ.items() if k not in smoke.SILENCERS}
-    for name, value in (env or {}).items():
-        full[name] = value + os.pathsep + full[name] if name == "PYTHONPATH" and full.get(name) else value
-    command = [sys.executable, "-m", "ascend_env", "verify", *args]
-    process = subprocess.Popen(
-        command,
-        env=full,
-        cwd=cwd,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = process.communicate(timeout=300)
-    return process.returncode, out, err, process.pid
-
-
-def imported_by(tmp_path: Path) -> List[int]:
-    marker = tmp_path / "imported"
-    return [int(line) for line in marker.read_text().split()] if marker.exists() else []
-
-
-def test_a_broken_torch_import_fails_and_the_parent_never_imports_torch(tmp_path, broken_torch):
-    code, out, err, pid = run_verify("--simulate", "--json", env={"PYTHONPATH": str(broken_torch)})
-    assert code == 1, err
-    result = json.loads(out)
-    assert result["ok"] is False and result["device"] == "simulator"
-    assert "import torch failed: ImportError: this torch is broken (autoload=0)" in failed(result)["torch"]
-    importers = imported_by(tmp_path)
-    assert importers and pid not in importers
-
-
-def test_a_torch_npu_that_does_not_start_falls_back_to_the_simulator(tmp_path, broken_torch):
-    (broken_torch / "torch_npu").mkdir()
-    (broken_torch / "torch_npu" / "__init__.py").write_text("raise ImportError('libhccl.so: cannot open')\n")
-    code, out, err, _ = run_verify("--json", env={"PYTHONPATH": str(broken_torch)})
-    assert code == 1, err
-    result = json.loads(out)
-    # The real device was tried first (torch imported as usual), then the simulator with autoload off.
-    assert result["simulator_reason"].startswith(
-        "torch_npu is installed but did not start (ImportError: this torch is broken (autoload=unset)"
-    )
-    assert "(autoload=0)" in failed(result)["torch"]
-    # Then the real binary on the emulated CANN where this ascend-env ships it, which needs torch too.
-    from ascend_env.sim import emulated
-
-    if emulated.available() is None:
-        assert (
-            "; the emulated CANN could not run it (ImportError: this torch is broken"
-            in result["simulator_reason"]
-        )
-        assert len(imported_by(tmp_path)) == 3
-    else:
-        assert len(imported_by(tmp_path)) == 2
-    assert "on the simulator" in verify_text.format_text(result)
-
-
-def test_a_silencer_the_target_python_sets_itself_fails(tmp_path, broken_torch):
-    wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nTORCH_CPP_LOG_LEVEL=ERROR exec {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    code, out, err, _ = run_verify(
-        "--simulate", "--python", str(wrapper), "--json", env={"PYTHONPATH": str(broken_torch)}
-    )
-    assert code == 1, err
-    assert "TORCH_CPP_LOG_LEVEL=ERROR was still set" in failed(json.loads(out))["fallback line"]
-
-
-def test_silencers_in_the_parent_do_not_reach_the_child(tmp_path, broken_torch):
-    code, out, err, _ = run_verify("--simulate", "--json", env={"PYTHONPATH": str(broken_torch), **SILENCED})
-    assert code == 1, err
-    assert "fallback line" not in failed(json.loads(out))
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--torch-npu", "9.9.9"], "no op table for torch_npu '9.9.9'"),
-        (["--python", "/nonexistent/python"], "not an executable file"),
-        (["--bogus"], "unrecognized arguments"),
-    ],
-)
-def test_usage_errors_exit_2(args, needle):
-    code, out, err, _ = run_verify(*args)
-    assert code == 2
-    assert needle in err
-
-
-@pytest.mark.parametrize(
-    ("args", "env", "said"),
-    [
-        ([], {"ASCEND_ENV_SOC": "garbage"}, "unknown Ascend SoC 'garbage' in $ASCEND_ENV_SOC."),
-        (["--soc", "91OB"], {}, "unknown Ascend SoC '91OB'. Did you mean '910B'?"),
-    ],
-)
-def test_an_unknown_soc_fails_before_the_smoke_test(args, env, said):
-    code, out, err, _ = run_verify("--simulate", *args, env=env)
-    assert code == 2 and out == ""
-    assert err.splitlines()[0] == f"ascend-env: {said}", err
-    assert "smoke test" not in err  # nothing ran first
-
-
-def test_the_help_names_the_table_verify_runs_by_default():
-    """Without torch_npu and --torch-npu, the oldest release's table (which lacks what the affected
-    releases lack), as --help says: it once said the newest."""
-    import importlib.util
-
-    from ascend_env.checks import tables
-    from ascend_env.cli import build_parser
-
-    if importlib.util.find_spec("torch_npu") is not None:
-        pytest.skip("torch_npu is installed: its own op lists are the default")
-    assert tables.choose_table(None).chosen == "oldest"
-    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
-    help_text = " ".join(subparsers.choices["verify"].format_help().split())
-    assert "else the oldest known release, which lacks what the affected releases lack" in help_text
-    assert "newest" not in help_text
-
-
-def test_a_python_without_ascend_env_exits_2(tmp_path):
-    wrapper = tmp_path / "python"
-    # -S: no site-packages; -E: no PYTHONPATH. Nothing but the standard library is importable.
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S -E "$@"\n')
-    wrapper.chmod(0o755)
-    code, out, err, _ = run_verify("--simulate", "--python", str(wrapper), "--json", cwd=tmp_path)
-    assert code == 2, err
-    result = json.loads(out)
-    assert result["error"] == "EnvironmentProblem" and "cannot import ascend_env" in result["problem"]
-    # The fix installs this ascend-env (the checkout it runs from, or the wheel it was installed
-    # from), never a name on an index.
-    from ascend_env import origin
-
-    assert result["fix"] == f"install this ascend-env into it: {origin.install_command(str(wrapper))}"
-    where = origin.source()
-    assert where is not None and where in result["fix"]
-    assert "pip install ascend-env" not in result["fix"]
-
-
 def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
     report = {
         "silencers": {},
@@ -745,22 +379,13 @@ def test_a_torch_never_installed_is_not_a_torch_to_reinstall():
     assert fix.startswith("reinstall torch in that Python")
 
 
-def test_the_last_line_states_the_verdict_and_its_cause():
-    passed = verify_text.format_text(judged(good_report()))
-    per_fix = 2 * len(registry.FIXES)  # a step and a fallback check per fix
-    assert passed.splitlines()[-1] == f"verify: passed: all {4 + per_fix} checks passed"
-    report = good_report()
-    report["installation"]["hook_files"] = []
-    assert verify_text.format_text(judged(report)).splitlines()[-1] == (
-        f"verify: FAILED: 1 of {4 + per_fix} checks failed: hook (fix lines above)"
-    )
-
-
 SEED_64BIT = (
     "[W AddKernelNpu.cpp:82] Warning: The oprator of add is executed, Currently High Accuracy but "
     "Low Performance OP with 64-bit has been used, Please Do Some Cast at Python Functions with "
     "32-bit for Better Performance! (function operator())"
 )
+
+
 NPU_BACKEND = {"kind": "npu", "release": "2.1.0.post6", "name": "Ascend910A", "fallback_disable": False}
 
 
@@ -861,89 +486,14 @@ def test_a_hook_record_without_polar_fails():
     }
 
 
-# On a machine with an NPU and an environment without torch_npu, auto fails (issue 42, item 7).
-NPU_SMI_910B3 = """\
-+------------------------------------------------------------------------------------------------+
-| npu-smi 23.0.0                   Version: 23.0.0                                               |
-+---------------------------+---------------+----------------------------------------------------+
-| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
-| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
-+===========================+===============+====================================================+
-| 0     910B3               | OK            | 93.2        38                0    / 0             |
-| 0                         | 0000:C1:00.0  | 0           0    / 0          3161 / 65536         |
-+===========================+===============+====================================================+
-"""
-
-
-@pytest.mark.parametrize("machine_kind", ["davinci0", "npu-smi 910B3"])
-def test_auto_on_an_npu_machine_without_torch_npu_fails(machine_kind, tmp_path, monkeypatch):
-    from ascend_env.detect import machine
-
-    if importlib.util.find_spec("torch_npu") is not None:  # pragma: no cover - an NPU test box
-        pytest.skip("torch_npu is installed here")
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    if machine_kind == "davinci0":
-        (dev / "davinci0").write_text("")
-    real = machine.has_npu
-    monkeypatch.setattr(machine, "has_npu", lambda: real(dev, lambda: NPU_SMI_910B3))
-    result = verify.verify(verify.Options(python=sys.executable)).to_dict()
-    assert not result["ok"] and verify_text.exit_code(result) == 1
-    assert result["device"] == "npu" and result["simulator_reason"] is None  # never the simulator
-    device = next(c for c in result["checks"] if c["name"] == "device")
-    assert (
-        "this machine has an NPU (" in device["detail"] and "torch_npu is not installed" in device["detail"]
-    )
-    assert "--device sim" in device["fix"] and "install torch_npu here" in device["fix"]
-    assert verify_text.format_text(result).startswith("verify: FAILED on this machine's NPU")
-
-
-@pytest.mark.parametrize("npu", [False, True])
-def test_auto_asks_the_machine_before_it_runs_the_smoke_test(npu, monkeypatch):
-    from ascend_env.detect import machine
-
-    asked = []
-
-    def fake_smoke(options, device, steps, env, imports=smoke.IMPORTS[0]):
-        asked.append(device)
-        report = (
-            {"simulator_reason": "torch_npu is not installed"}
-            if device == "auto"
-            else {"device_error": "ModuleNotFoundError: No module named 'torch_npu'"}
-        )
-        return Smoke(device, list(steps), report)
-
-    monkeypatch.setattr(machine, "has_npu", lambda: (npu, "/dev/davinci0 exists" if npu else "none"))
-    monkeypatch.setattr(verify, "run_smoke", fake_smoke)
-    runs, reason = verify._run_all(verify.Options(python=sys.executable), {})
-    if npu:
-        assert asked == ["npu"] and reason is None and runs[0].report["npu_machine"] == "/dev/davinci0 exists"
-    else:  # no NPU: the simulator, as before
-        assert asked[0] == "auto" and reason == "torch_npu is not installed"
-
-
-def test_passing_checks_alike_share_a_line_and_failed_ones_keep_theirs():
-    text = verify_text.format_text(judged(good_report()))
-    names = [fix.name for fix in registry.FIXES]
-    steps = ", ".join(f"{name} ({len(fix.smoke)})" for name, fix in zip(names, registry.FIXES))
-    assert f"  ok    {steps}: every overload (out= included) ran on npu:0 and match the CPU" in text
-    fallbacks = ", ".join(f"{name} fallback" for name in names)
-    assert f"  ok    {fallbacks}: none: no CAUTION line, no refusal, nothing counted" in text
-    report = good_report()
-    report["steps"]["polar"]["overloads"]["polar.out"] = {"ok": False, "error": "wrong"}
-    lines = verify_text.format_text(judged(report)).splitlines()
-    assert "  FAIL  polar: polar.out: wrong" in lines
-    assert "  ok    isin: every overload (out= included) ran on npu:0 and match the CPU" in lines
-    assert any(line.startswith("  ok    repeat_interleave (1), bitwise_shift (6)") for line in lines)
-    assert judged(good_report())["checks"][1]["name"] == "isin"  # --json keeps a check per step
-
-
 EMULATED = {
     "kind": "emulated_cann",
     "release": "2.1.0.post6",
     "name": "Ascend910B1 (emulated CANN, host memory)",
     "fallback_disable": True,
 }
+
+
 WHY_EMULATED = "torch_npu is installed but did not start (...), and this machine has no NPU (...)"
 
 
