@@ -108,10 +108,34 @@ def _report_problem(value: Any) -> Optional[str]:
         return "has paths that are not an object"
     if "cann" in value and not isinstance(value["cann"], dict):
         return "has cann counters that are not an object"
+    if "cann_steps" in value and not _measured_runs(value["cann_steps"]):
+        return "has cann_steps that are not generate() runs of measured steps"
     fd2 = value.get("fd2")
     if fd2 is not None and not (isinstance(fd2, list) and len(fd2) == 2 and all(_is_int(n) for n in fd2)):
         return "has an fd2 that is not a device and an inode"
     return None
+
+
+def _measured_runs(value: Any) -> bool:
+    """Whether ``value`` is a list of runs as :class:`ascend_env.sim.cann_steps.Steps` reports them."""
+
+    def step(item: Any) -> bool:
+        return (
+            isinstance(item, dict)
+            and all(_is_int(item.get(k)) and item[k] >= 0 for k in ("compiles", "aclop", "aclnn"))
+            and isinstance(item.get("compiles_by_type"), dict)
+            and all(isinstance(k, str) and _is_int(n) for k, n in item["compiles_by_type"].items())
+        )
+
+    return isinstance(value, list) and all(
+        isinstance(run, dict)
+        and isinstance(run.get("site"), str)
+        and (run.get("mode") is None or isinstance(run["mode"], str))
+        and isinstance(run.get("steps"), list)
+        and all(step(s) for s in run["steps"])
+        and (run.get("after") is None or step(run["after"]))
+        for run in value
+    )
 
 
 def _is_int(value: Any) -> bool:

@@ -24,6 +24,12 @@ from ascend_env.utils import proctree
         ('{"pid": 5, "end": 3}', "has an end that is not an object"),
         ('{"pid": 5, "torch": "yes"}', "has a torch that is not true or false"),
         ('{"pid": 5, "paths": []}', "has paths that are not an object"),
+        (
+            '{"pid": 5, "cann_steps": [{"site": "s.py:1", "steps": [{"compiles": -1, "aclop": 0, "aclnn": 0, '
+            '"compiles_by_type": {}}]}]}',
+            "has cann_steps that are not generate() runs of measured steps",
+        ),
+        ('{"pid": 5, "cann_steps": [{"site": 3, "steps": []}]}', "has cann_steps that are not generate()"),
         ("not json", "is not JSON"),
     ],
 )
