@@ -31,42 +31,47 @@ __all__ = ["KERNELS", "NATIVE_OPS", "roi_align", "roi_align_backward"]
 #: Every aten op the kernels dispatch; each is native in every known torch_npu release.
 NATIVE_OPS: FrozenSet[str] = frozenset(
     {
-        "zeros",
-        "empty.memory_format",
-        "copy_",
-        "as_strided",
-        "view",
-        "contiguous",
-        "mul.Scalar",
-        "sub.Scalar",
-        "add.Scalar",
-        "sub.Tensor",
         "add.Tensor",
-        "mul.Tensor",
-        "div.Tensor",
-        "div.Scalar",
-        "clamp_min",
+        "arange.start",
+        "as_strided",
+        "bitwise_and.Tensor",
+        "cat",
         "ceil",
+        "clamp_min",
+        "copy_",
+        "div.Tensor",
+        "empty.memory_format",
         "full",
-        "where.self",
-        "arange.start_out",
-        "lt.Scalar",
-        "gt.Scalar",
-        "le.Scalar",
         "ge.Scalar",
-        "lt.Tensor",
+        "index_put_",
+        "index_select",
+        "le.Scalar",
         "logical_and",
-        "logical_or",
         "logical_not",
+        "logical_or",
         "masked_fill_.Scalar",
         "max",
-        "cat",
-        "index_select",
-        "index_put_",
+        "mul.Tensor",
+        "rsub.Scalar",
+        "sub.Tensor",
+        "view",
+        "where.self",
+        "zeros",
     }
 )
 
-_NAMES = {torch.bfloat16: "BFloat16"}
+_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}  # ATen's names of the dtypes in its messages (c10::toString)
 _FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
@@ -74,7 +79,11 @@ def _check(tensor: Tensor, rois: Tensor, what: str, kernel: str) -> None:
     if rois.dim() < 2 or rois.size(1) != 5:
         raise RuntimeError("rois must have shape as Tensor[K, 5]")
     if tensor.dtype != rois.dtype:
-        raise RuntimeError(f"{what} should have the same type as rois")
+        raise RuntimeError(  # torchvision 0.16's at::checkAllSameType (later: "should have the same type")
+            f"Expected tensor for argument #1 '{what}' to have the same type as tensor for argument #2 "
+            f"'rois'; but type {tensor.type()} does not equal {rois.type()} (while checking arguments "
+            f"for {kernel})"
+        )
     if tensor.dtype not in _FLOATS:
         raise not_implemented(kernel, _NAMES.get(tensor.dtype, str(tensor.dtype).replace("torch.", "")))
 
@@ -221,9 +230,7 @@ def roi_align(
                 part = weight.view(-1, 1) * torch.index_select(table, 0, row.view(-1))
                 term = part if term is None else term + part
             assert term is not None
-            total = total + torch.where(
-                within.expand(-1, pooled_height, pooled_width).reshape(-1, 1), term, zero
-            )
+            total = total + torch.where(within, term.view(k, -1, channels), zero).view(-1, channels)
     count = torch.clamp_min(grid.steps[0] * grid.steps[1], 1.0).view(-1, 1, 1)
     pooled = total.view(k, pooled_height * pooled_width, channels) / count
     out = _by_channels(
