@@ -163,7 +163,7 @@ class _Grid:
 
     def samples(
         self, iy: int, ix: int, height: int, width: int
-    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], Tensor]:
+    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], Tensor, Tensor]:
         """The four corners of grid position ``(iy, ix)`` of every bin: their rows of the input laid
         out ``(batch * height * width, channels)`` and weights, ``(k, ph, pw)`` each, and whether the
         sample is in the roi's grid. Off the map: weights 0 at row 0 of the

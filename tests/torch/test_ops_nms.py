@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 torchvision = pytest.importorskip("torchvision")
 
-from ascend_env.kernels import nms as kernel  # noqa: E402
+from ascend_env.kernels import nms  # noqa: E402
 from ascend_env.sim import optables  # noqa: E402
 
 CPU = torch.ops.torchvision.nms
@@ -38,14 +38,14 @@ def test_equal_to_the_cpu(iou, seed, dtype):
     torch.manual_seed(seed)
     for n in (1, 2, 30, 300):
         boxes, scores = _boxes(n, dtype), torch.rand(n, dtype=dtype)
-        assert torch.equal(kernel.nms(boxes, scores, iou), CPU(boxes, scores, iou))
+        assert torch.equal(nms.nms(boxes, scores, iou), CPU(boxes, scores, iou))
 
 
 @pytest.mark.parametrize("iou", [0.2, 0.5, 0.8])
 def test_a_pair_exactly_at_the_threshold_as_the_cpu(iou):
     torch.manual_seed(0)
     boxes, scores = _with_iou(1000, iou)
-    assert torch.equal(kernel.nms(boxes, scores, iou), CPU(boxes, scores, iou))
+    assert torch.equal(nms.nms(boxes, scores, iou), CPU(boxes, scores, iou))
 
 
 def test_a_threshold_that_float32_rounds_up_is_compared_as_a_double():
@@ -54,12 +54,12 @@ def test_a_threshold_that_float32_rounds_up_is_compared_as_a_double():
     ovr = 1.0  # equal boxes; a threshold just under 1 that float32 rounds to 1.0
     threshold = 1.0 - 2.0**-30
     assert float(torch.tensor(threshold, dtype=torch.float32)) == ovr
-    assert kernel.nms(boxes, scores, threshold).tolist() == CPU(boxes, scores, threshold).tolist() == [0]
+    assert nms.nms(boxes, scores, threshold).tolist() == CPU(boxes, scores, threshold).tolist() == [0]
 
 
 def test_empty():
     empty, none = torch.empty(0, 4), torch.empty(0)
-    got = kernel.nms(empty, none, 0.5)
+    got = nms.nms(empty, none, 0.5)
     assert got.dtype == torch.int64 and got.shape == (0,) and torch.equal(got, CPU(empty, none, 0.5))
 
 
@@ -70,7 +70,7 @@ def test_ties_are_walked_in_the_order_of_the_sort():
     boxes, scores = _boxes(200), torch.randint(0, 5, (200,)).float()
     order = torch.sort(scores, 0, True)[1]
     untied = torch.empty(200).index_put_((order,), torch.arange(200, 0, -1).float())
-    got = kernel.nms(boxes, scores, 0.3)
+    got = nms.nms(boxes, scores, 0.3)
     assert torch.equal(got, CPU(boxes, untied, 0.3))
     assert not torch.equal(got, CPU(boxes, scores, 0.3))  # the case has ties that matter
 
@@ -92,7 +92,7 @@ def test_refuses_what_the_cpu_refuses(boxes, scores):
     with pytest.raises(Exception) as expected:
         CPU(boxes, scores, 0.5)
     with pytest.raises(type(expected.value)) as got:
-        kernel.nms(boxes, scores, 0.5)
+        nms.nms(boxes, scores, 0.5)
     assert str(got.value).splitlines()[0] == str(expected.value).splitlines()[0]
 
 
@@ -103,7 +103,7 @@ def test_batched_nms_both_ways(monkeypatch, seed):
     torch.manual_seed(seed)
     boxes, scores, idxs = _boxes(500), torch.rand(500), torch.randint(0, 4, (500,))
     expected = box_ops.batched_nms(boxes, scores, idxs, 0.5)
-    monkeypatch.setattr(box_ops, "nms", kernel.nms)
+    monkeypatch.setattr(box_ops, "nms", nms.nms)
     for way in (box_ops._batched_nms_coordinate_trick, box_ops._batched_nms_vanilla):
         assert torch.equal(way(boxes, scores, idxs, 0.5), expected)
 
@@ -123,8 +123,8 @@ def test_native_ops_is_exactly_what_is_dispatched_and_native_everywhere():
     torch.manual_seed(0)
     boxes, scores = _boxes(20), torch.rand(20)
     with _Ops() as ops:
-        kernel.nms(boxes, scores, 0.3)
-        kernel.nms(torch.empty(0, 4), torch.empty(0), 0.3)
-    assert ops.seen == kernel.NATIVE_OPS
+        nms.nms(boxes, scores, 0.3)
+        nms.nms(torch.empty(0, 4), torch.empty(0), 0.3)
+    assert ops.seen == nms.NATIVE_OPS
     for release in optables.releases():
-        assert not kernel.NATIVE_OPS - optables.load(release), release
+        assert not nms.NATIVE_OPS - optables.load(release), release

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 torchvision = pytest.importorskip("torchvision")
 
-from ascend_env.kernels import roi_align as kernel  # noqa: E402
+from ascend_env.kernels import roi_align  # noqa: E402
 from ascend_env.sim import optables  # noqa: E402
 
 FORWARD = torch.ops.torchvision.roi_align
@@ -40,7 +40,7 @@ SETTINGS = pytest.mark.parametrize(
 def test_forward_gives_the_cpus_bits(dtype, seed, scale, sampling_ratio, aligned):
     x, rois = _case(dtype, seed)
     args = (scale, 5, 4, sampling_ratio, aligned)
-    assert torch.equal(kernel.roi_align(x, rois, *args), FORWARD(x, rois, *args))
+    assert torch.equal(roi_align.roi_align(x, rois, *args), FORWARD(x, rois, *args))
 
 
 @SETTINGS
@@ -49,7 +49,7 @@ def test_backward_is_the_cpus(dtype, scale, sampling_ratio, aligned):
     x, rois = _case(dtype, 0)
     grad = torch.rand(6, 3, 5, 4, dtype=dtype)
     args = (scale, 5, 4, 2, 3, 10, 12, sampling_ratio, aligned)
-    torch.testing.assert_close(kernel.roi_align_backward(grad, rois, *args), BACKWARD(grad, rois, *args))
+    torch.testing.assert_close(roi_align.roi_align_backward(grad, rois, *args), BACKWARD(grad, rois, *args))
 
 
 @SETTINGS
@@ -58,7 +58,7 @@ def test_half_within_torchvisions_tolerance(scale, sampling_ratio, aligned):
     x, rois = _case(torch.float16, 1)
     args = (scale, 5, 4, sampling_ratio, aligned)
     exact = FORWARD(x.double(), rois.double(), *args)
-    got, cpu = kernel.roi_align(x, rois, *args), FORWARD(x, rois, *args)
+    got, cpu = roi_align.roi_align(x, rois, *args), FORWARD(x, rois, *args)
     assert got.dtype == torch.float16
     torch.testing.assert_close(got.double(), exact, atol=5e-3, rtol=5e-3)
     assert (got.double() - exact).abs().max() <= (cpu.double() - exact).abs().max() + 1e-3
@@ -75,11 +75,11 @@ def test_gradients_through_torchvisions_autograd_kernel(monkeypatch, aligned):
         @staticmethod
         def forward(ctx, x):
             ctx.save_for_backward(rois)
-            return kernel.roi_align(x, rois, 0.5, 3, 3, -1, aligned)
+            return roi_align.roi_align(x, rois, 0.5, 3, 3, -1, aligned)
 
         @staticmethod
         def backward(ctx, grad):
-            return kernel.roi_align_backward(grad, rois, 0.5, 3, 3, 2, 3, 10, 12, -1, aligned)
+            return roi_align.roi_align_backward(grad, rois, 0.5, 3, 3, 2, 3, 10, 12, -1, aligned)
 
     got = torch.autograd.grad(RoIAlign.apply(x).sum(), x)[0]
     torch.testing.assert_close(got, expected)
@@ -89,13 +89,13 @@ def test_empty_rois_and_channels():
     x, rois = _case(torch.float32, 0)
     for feats, boxes in ((x, rois[:0]), (x[:, :0], rois)):
         got, cpu = (
-            kernel.roi_align(feats, boxes, 1.0, 2, 2, 2, False),
+            roi_align.roi_align(feats, boxes, 1.0, 2, 2, 2, False),
             FORWARD(feats, boxes, 1.0, 2, 2, 2, False),
         )
         assert got.shape == cpu.shape and torch.equal(got, cpu)
     grad = torch.empty(0, 3, 2, 2)
     assert torch.equal(
-        kernel.roi_align_backward(grad, rois[:0], 1.0, 2, 2, 2, 3, 10, 12, 2, False),
+        roi_align.roi_align_backward(grad, rois[:0], 1.0, 2, 2, 2, 3, 10, 12, 2, False),
         BACKWARD(grad, rois[:0], 1.0, 2, 2, 2, 3, 10, 12, 2, False),
     )
 
@@ -114,7 +114,7 @@ def test_refuses_what_the_cpu_refuses(x, rois):
     with pytest.raises(Exception) as expected:
         FORWARD(x, rois, 1.0, 2, 2, 2, False)
     with pytest.raises(type(expected.value)) as got:
-        kernel.roi_align(x, rois, 1.0, 2, 2, 2, False)
+        roi_align.roi_align(x, rois, 1.0, 2, 2, 2, False)
     assert str(got.value).splitlines()[0] == str(expected.value).splitlines()[0]
 
 
@@ -133,10 +133,10 @@ def test_native_ops_is_exactly_what_is_dispatched_and_native_everywhere():
     x, rois = _case(torch.float32, 0)
     grad = torch.rand(6, 3, 5, 4)
     with _Ops() as ops:
-        kernel.roi_align(x, rois, 1.0, 5, 4, -1, False)
-        kernel.roi_align(x, rois, 0.5, 5, 4, 2, True)
-        kernel.roi_align_backward(grad, rois, 1.0, 5, 4, 2, 3, 10, 12, -1, False)
-        kernel.roi_align_backward(grad, rois, 1.0, 5, 4, 2, 3, 10, 12, 2, True)
-    assert ops.seen == kernel.NATIVE_OPS
+        roi_align.roi_align(x, rois, 1.0, 5, 4, -1, False)
+        roi_align.roi_align(x, rois, 0.5, 5, 4, 2, True)
+        roi_align.roi_align_backward(grad, rois, 1.0, 5, 4, 2, 3, 10, 12, -1, False)
+        roi_align.roi_align_backward(grad, rois, 1.0, 5, 4, 2, 3, 10, 12, 2, True)
+    assert ops.seen == roi_align.NATIVE_OPS
     for release in optables.releases():
-        assert not kernel.NATIVE_OPS - optables.load(release), release
+        assert not roi_align.NATIVE_OPS - optables.load(release), release
