@@ -42,11 +42,9 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "cat",
         "clamp_min",
         "copy_",
-        "cumsum",
         "div.Tensor",
         "empty.memory_format",
         "eq.Scalar",
-        "full",
         "gt.Scalar",
         "gt.Tensor",
         "index_select",
@@ -58,12 +56,11 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "mul.Tensor",
         "ne.Tensor",
         "ones",
-        "scatter_.src",
         "sort",
+        "rsub.Scalar",
         "sub.Tensor",
         "sum",
         "view",
-        "where.self",
         "zeros",
     }
 )
@@ -158,12 +155,13 @@ def nms(dets: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
         keep = settled
         if not changed:
             break
-    flat = keep.view(n)
-    slots = torch.empty((n,), dtype=torch.int64, device=device).copy_(torch.cumsum(flat, 0))
-    # Kept box j goes to slot (kept before it); the others to a slot past the end, cut off.
-    target = torch.where(torch.gt(flat, 0), slots - 1, torch.full((), kept, dtype=torch.int64, device=device))
-    out = torch.zeros((kept + 1,), dtype=torch.int64, device=device).scatter_(0, target, order)
-    return out.as_strided((kept,), (1,), 0)
+    # The kept positions, in order, first: a sort of "position, or position + n if dropped"
+    # (float32 keys: exact below 2**24 boxes). A scatter would be ScatterElements, which torch_npu
+    # 2.1.0.post6 compiles online (aclop), not an aclnn kernel.
+    positions_f = torch.arange(0, n, dtype=torch.float32, device=device)
+    keys = positions_f + (1.0 - keep.view(n)) * float(n)
+    first = torch.sort(keys, 0, False)[1]
+    return torch.index_select(order, 0, first.as_strided((kept,), (1,), 0))
 
 
 #: The kernel by overload, callable as the dispatcher calls one registered with
