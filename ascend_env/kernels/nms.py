@@ -14,11 +14,10 @@ are kept: the output's length, which any nms must read); the rounds are the long
 each suppressing the next, plus one (a few on detection models' proposals). torchvision's CUDA
 kernel instead copies its whole ``N x N / 64`` bit mask to the host once and walks it there.
 
-Ties: the CPU kernel sorts with ``std::sort`` (not stable), whose order among equal scores no
-device reproduces; here equal scores come in the order the device's ``sort`` gives. As
-torchvision's own device tests accept, the boxes kept then have the same scores, not necessarily
-the same indices. The threshold is compared as the CPU compares it (a double): against the
-largest value of the boxes' dtype not above it. Dtype checks and messages are the CPU kernel's.
+Ties: the CPU kernel sorts the scores stably (equal scores in index order, NaN first); so does
+this one, by ranks (``sort.stable`` is not native in every release), so ties give the CPU's indices.
+The threshold is compared as the CPU compares it (a double): against the largest value of
+the boxes' dtype not above it. Dtype checks and messages are the CPU kernel's.
 """
 
 from __future__ import annotations
@@ -57,6 +56,12 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "ne.Tensor",
         "ones",
         "sort",
+        "bitwise_and.Tensor",
+        "bitwise_not",
+        "bitwise_or.Tensor",
+        "eq.Tensor",
+        "lt.Tensor",
+        "sum.dim_IntList",
         "rsub.Scalar",
         "sub.Tensor",
         "sum",
@@ -105,6 +110,25 @@ def _as_float(mask: Tensor) -> Tensor:
     return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(mask, 1.0)
 
 
+def _stable_descending_order(scores: Tensor) -> Tensor:
+    """``scores.sort(stable=True, descending=True)``'s indices (NaN first, equal scores in index
+    order), as the CPU kernel sorts; ``sort.stable`` is not native in every release (2.1.0.post3,
+    2.2.0), so each score's rank is counted (scores before it, then equal ones at lower indices)
+    and the distinct ranks sorted."""
+    n = scores.size(0)
+    column, row = scores.view(n, 1), scores.view(1, n)  # [i, j]: score i against score j
+    nan_column, nan_row = torch.ne(column, column), torch.ne(row, row)
+    greater = torch.bitwise_or(
+        torch.gt(row, column), torch.bitwise_and(nan_row, torch.bitwise_not(nan_column))
+    )
+    equal = torch.bitwise_or(torch.eq(row, column), torch.bitwise_and(nan_row, nan_column))
+    positions = torch.arange(0, n, device=scores.device)
+    earlier = torch.lt(positions.view(1, n), positions.view(n, 1))
+    ahead = torch.bitwise_or(greater, torch.bitwise_and(equal, earlier))
+    ranks = torch.sum(_as_float(ahead), 1)  # float32: exact below 2**24 boxes
+    return torch.sort(ranks, 0, False)[1]
+
+
 def nms(dets: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     """``torchvision::nms``."""
     if dets.dim() != 2:
@@ -127,7 +151,7 @@ def nms(dets: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     n = dets.size(0)
     if n == 0:
         return torch.empty((0,), dtype=torch.int64, device=device)
-    order = torch.sort(scores, 0, True)[1]
+    order = _stable_descending_order(scores)
     boxes = torch.index_select(dets, 0, order)  # contiguous, in the order of the walk
     x1, y1, x2, y2 = (_column(boxes, index) for index in range(4))
     areas = (x2 - x1) * (y2 - y1)

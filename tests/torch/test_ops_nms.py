@@ -63,16 +63,18 @@ def test_empty():
     assert got.dtype == torch.int64 and got.shape == (0,) and torch.equal(got, CPU(empty, none, 0.5))
 
 
-def test_ties_are_walked_in_the_order_of_the_sort():
-    """The CPU's order among equal scores is std::sort's, which no device reproduces; the kernel
-    walks them in its ``sort``'s order: the CPU's answer once that order breaks the ties."""
-    torch.manual_seed(0)
+@pytest.mark.parametrize("seed", range(3))
+def test_ties_and_nans_in_the_cpus_order(seed):
+    """The CPU sorts the scores stably (equal scores by index, NaN first): so ties keep its indices."""
+    torch.manual_seed(seed)
     boxes, scores = _boxes(200), torch.randint(0, 5, (200,)).float()
+    scores[torch.randint(0, 200, (20,))] = float("nan")
+    expected = CPU(boxes, scores, 0.3)
+    assert torch.equal(nms.nms(boxes, scores, 0.3), expected)
+    # An unstable order gives other boxes here: the case has ties that matter.
     order = torch.sort(scores, 0, True)[1]
     untied = torch.empty(200).index_put_((order,), torch.arange(200, 0, -1).float())
-    got = nms.nms(boxes, scores, 0.3)
-    assert torch.equal(got, CPU(boxes, untied, 0.3))
-    assert not torch.equal(got, CPU(boxes, scores, 0.3))  # the case has ties that matter
+    assert not torch.equal(CPU(boxes, untied, 0.3), expected)
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,13 @@ __all__ = ["FIXES", "NMS", "ROI_ALIGN"]
 _EVERY_RELEASE = (">=0",)
 _REGISTERED_BY = ("torchvision_npu",)
 
-# Distinct scores (the CPU's tie order is std::sort's: see kernels/nms.py) and a threshold that one
-# pair exceeds and another does not.
+# A tie (the CPU sorts stably: equal scores by index) and a threshold that one pair exceeds and
+# another does not.
 _BOXES = T(
     [[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0], [0.0, 0.0, 10.0, 20.0], [20.0, 20.0, 30.0, 30.0]],
     "float32",
 )
-_SCORES = T([0.9, 0.8, 0.7, 0.6], "float32")
+_SCORES = T([0.8, 0.9, 0.8, 0.6], "float32")
 
 NMS = Fix(
     name="nms",
