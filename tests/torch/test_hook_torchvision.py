@@ -112,7 +112,11 @@ def test_without_the_hook_they_fall_back(hooked_env):
 
 def test_a_child_process_registers_them_too(hooked_env):
     child = "import torch\n" + PATHS["from torchvision.ops import nms"] + CHECK
-    parent = f"import subprocess, sys\nsys.stdout.write(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True, check=True).stdout)"
+    parent = (
+        "import subprocess, sys\n"
+        f"done = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True)\n"
+        "sys.stdout.write(done.stdout); sys.stderr.write(done.stderr); sys.exit(done.returncode)"
+    )
     result = _result(run(hooked_env, parent))
     assert {"nms", "roi_align", "_roi_align_backward"} <= set(result["status"]["registered"])
     assert result["equal"] == [True] * 4 and result["fallbacks"] == {}
