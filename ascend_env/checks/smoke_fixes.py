@@ -5,7 +5,7 @@ declares the samples)."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ascend_env.checks.smoke_report import OverloadResult, StepResult
 from ascend_env.kernels.registry import Fix, Sample
@@ -55,13 +55,31 @@ def _same_tensor(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
     return bool(torch.allclose(got, expected, sample.rtol, sample.atol, equal_nan=True))
 
 
+def _import_required(name: str) -> Optional[str]:
+    """Import ``name``, the module that defines the fix's op (the hook hears of it); why the fix
+    cannot be tried when it does not import, else None."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return f"{name} is not installed: its ops do not exist"
+        return f"{name} does not import ({type(exc).__name__}: {exc})"
+    except Exception as exc:  # a build for another torch or device (a CUDA torchvision): not ours to judge
+        return f"{name} does not import ({type(exc).__name__}: {exc})"
+    return None
+
+
 def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
     """Each smoke sample of ``fix`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
     An ``out=`` overload must return its ``out`` tensor; the result, brought back to the CPU, must
-    equal the CPU's (within the sample's tolerance)."""
+    equal the CPU's (within the sample's tolerance). A fix whose op another module defines
+    (``requires``: torchvision) is not tried where that module does not import: ``skipped`` says
+    why."""
     if fix.requires is not None:
-        importlib.import_module(fix.requires)  # defines the op (the hook hears of it)
+        skipped = _import_required(fix.requires)
+        if skipped is not None:  # not tried, and why: never a failure, never a silent pass
+            return {"overloads": {}, "skipped": skipped}
     results: Dict[str, OverloadResult] = {}
     for sample in fix.smoke:
         try:

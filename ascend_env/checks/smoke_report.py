@@ -88,10 +88,12 @@ class OverloadResult(TypedDict):
 
 
 class StepResult(TypedDict, total=False):
-    """One step: a fixed op's ``overloads``, or generate()'s ``ok``, ``error`` and ``tokens``; then
+    """One step: a fixed op's ``overloads`` (none, and ``skipped`` why, where the module that defines
+    the op does not import), or generate()'s ``ok``, ``error`` and ``tokens``; then
     whether TORCH_NPU_FALLBACK_CPU_DISABLE was in force, the simulator's counts and the time."""
 
     overloads: Dict[str, OverloadResult]
+    skipped: str
     ok: bool
     error: Optional[str]
     tokens: List[List[int]]

@@ -142,6 +142,8 @@ _STATUS = {
     "fixed": "fixed by the startup hook",
     "falls_back": "FALLS BACK to the CPU",
     "no_torch_npu": "no torch_npu",
+    "not_used": "not in use",
+    "left_to": "left to another package",
     "unknown": "unknown",
 }
 

@@ -17,7 +17,7 @@ from ascend_env.detect import cann, compat, driver, hook_site, packages, socs
 from ascend_env.detect.machine import Kernels, find_kernels, machine_soc
 from ascend_env.detect.npu_oplists import ISIN_OVERLOADS, read_torch_npu
 from ascend_env.exceptions import AscendEnvError
-from ascend_env.kernels.registry import FIXES, OVERLOADS, Op
+from ascend_env.kernels.registry import FIXES, OVERLOADS, Fix, Op
 
 __all__ = [
     "FALLBACK_OPS",
@@ -128,7 +128,9 @@ class FixedOp:
     form), ``host_copy`` (registered, but torch_npu's kernel copies to the host and back; a
     registered kernel is never replaced), ``fixed`` (some fall back in torch_npu, and the startup
     hook, installed here, registers ascend-env's kernels for them), ``falls_back`` (some fall
-    back and no hook is installed), ``no_torch_npu`` or ``unknown`` (the op lists cannot be read).
+    back and no hook is installed), ``no_torch_npu`` or ``unknown`` (the op lists cannot be read);
+    for an op another package defines (torchvision's), ``not_used`` (that package is not
+    installed) or ``left_to`` (a package that registers it itself is: torchvision_npu).
     """
 
     op: str
@@ -347,7 +349,30 @@ def read_isin(torch_npu: Package, lists: Optional[OpLists] = None) -> Isin:
     return Isin(False, "native", reason, native, missing)
 
 
-def read_fixes(torch_npu: Package, sites: Sequence[Path], lists: Optional[OpLists] = None) -> List[FixedOp]:
+def _not_applicable(fix: Fix, paths: Optional[Sequence[Path]]) -> Optional[FixedOp]:
+    """For a fix whose op another package defines (``requires``: torchvision): ``not_used`` where
+    that package is not installed (the op does not exist), ``left_to`` where a package that
+    registers it itself is (``registered_by``); else None."""
+    if fix.requires is None:
+        return None
+    owner = next((name for name in fix.registered_by if packages.find(name, paths) is not None), None)
+    if owner is not None:
+        return FixedOp(
+            fix.name, "left_to", [], f"{owner} registers {fix.name} itself; ascend-env leaves it to it"
+        )
+    if packages.find(fix.requires, paths) is None:
+        return FixedOp(
+            fix.name, "not_used", [], f"{fix.requires} is not installed: no {fix.name} op to fall back"
+        )
+    return None
+
+
+def read_fixes(
+    torch_npu: Package,
+    sites: Sequence[Path],
+    lists: Optional[OpLists] = None,
+    paths: Optional[Sequence[Path]] = None,
+) -> List[FixedOp]:
     """Per op of the registry (:data:`ascend_env.kernels.registry.FIXES`): native, fixed by
     the startup hook installed in one of ``sites``, or falling back, from torch_npu's op lists
     (``lists``, as :func:`read_ops` read them, else read here)."""
@@ -362,6 +387,10 @@ def read_fixes(torch_npu: Package, sites: Sequence[Path], lists: Optional[OpList
     found = []
     for fix in FIXES:
         family = fix.name
+        elsewhere = _not_applicable(fix, paths)
+        if elsewhere is not None:
+            found.append(elsewhere)
+            continue
         lacking = _lacking(fix.ops, ops)
         copied = [op.op for op in fix.ops if fix.copies_to_host(torch_npu.version)]
         if not lacking and copied:
@@ -449,7 +478,7 @@ def detect(
         compat=verdict,
         compile_mode=compile_mode,
         notes=notes + list(verdict.notes),
-        fixes=read_fixes(torch_npu, site_packages, lists),
+        fixes=read_fixes(torch_npu, site_packages, lists, paths),
     )
 
 

@@ -374,6 +374,26 @@ def test_fixes_per_op_for_the_installed_release(tmp_path, site):
     assert _statuses(run(tmp_path, other))["polar"] == ("native", [])
 
 
+def _install_dist(site, name: str, version: str) -> None:
+    dist = site / f"{name}-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_torchvisions_ops_count_only_where_torchvision_is_installed(tmp_path, site):
+    install_torch_npu(site)
+    assert {name: _statuses(run(tmp_path, site))[name][0] for name in ("nms", "roi_align")} == {
+        "nms": "not_used",
+        "roi_align": "not_used",
+    }
+    _install_dist(site, "torchvision", "0.16.0")
+    statuses = _statuses(run(tmp_path, site))
+    assert statuses["nms"] == ("falls_back", ["nms"])  # no torch_npu release has it
+    assert statuses["roi_align"] == ("falls_back", ["roi_align", "_roi_align_backward"])
+    _install_dist(site, "torchvision_npu", "0.16.0")  # registers them itself
+    assert _statuses(run(tmp_path, site))["nms"] == ("left_to", [])
+
+
 def test_a_release_without_polar_falls_back_on_it(tmp_path, site):
     package = install_torch_npu(site, version="2.2.0", native_isin=True)
     codegen = package / "csrc" / "aten" / "npu_native_functions_by_codegen.yaml"
