@@ -5,8 +5,63 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from ascend_env.kernels.registry.fix import Fix
+from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["FIXES"]
+__all__ = ["FIXES", "NATIVE_MULTI_HEAD_ATTENTION"]
 
-FIXES: Tuple[Fix, ...] = ()
+# -- _native_multi_head_attention --------------------------------------------------------------------
+# Missing from 2.1.0.post3 to 2.1.0.post12 and from 2.2.0 to 2.5.1 (with _transform_bias_rescale_qkv
+# and _masked_softmax, which its CPU kernel calls); 2.1.0.post13, 2.1.0.post17 and 2.5.1.post1 on
+# register it.
+_MHA_MISSING = ("<2.1.0.post13", ">=2.2.0,<2.5.1.post1")
+_D, _HEADS = 4, 2
+
+
+def _floats(rows: int, cols: int, scale: float) -> T:
+    """A small deterministic float32 matrix (values k/8 - 1, times ``scale``)."""
+    return T(
+        [[((r * cols + c) * 5 % 17 / 8.0 - 1.0) * scale for c in range(cols)] for r in range(rows)], "float32"
+    )
+
+
+_QUERY = T([[[0.5, -1.0, 0.25, 2.0], [1.5, 0.0, -0.75, 1.0], [-0.5, 0.5, 1.0, -1.5]]], "float32")
+_KEY = T([[[1.0, 0.5, -0.5, 0.0], [0.0, -1.0, 1.5, 0.5], [0.25, 0.75, -1.0, 1.0]]], "float32")
+_MHA_WEIGHTS = (
+    _floats(3 * _D, _D, 0.5),
+    T([((i * 3) % 7 - 3) / 8.0 for i in range(3 * _D)], "float32"),
+    _floats(_D, _D, 0.25),
+    T([0.125, -0.25, 0.0, 0.5], "float32"),
+)
+# exp in the softmax, and the NPU's matmuls, round differently from the CPU's.
+_MHA_ATOL, _MHA_RTOL = 1e-4, 1e-4
+
+NATIVE_MULTI_HEAD_ATTENTION = Fix(
+    name="native_multi_head_attention",
+    module="ascend_env.kernels.multi_head_attention",
+    overloads=(Overload("_native_multi_head_attention", _MHA_MISSING),),
+    reason=(
+        "nn.MultiheadAttention in eval mode under no_grad (torchvision's ViT, open_clip, DETR, "
+        "nn.TransformerEncoderLayer) calls torch._native_multi_head_attention on every forward: "
+        "without an NPU kernel each call copies its inputs and weights to the host and back."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch v2.1.0 "
+        "aten/src/ATen/native/transformers/attention.cpp (native_multi_head_attention_cpu)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample(
+            "_native_multi_head_attention",
+            (_QUERY, _KEY, _KEY, _D, _HEADS, *_MHA_WEIGHTS),
+            atol=_MHA_ATOL,
+            rtol=_MHA_RTOL,
+        ),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION,)
