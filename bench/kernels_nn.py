@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import multi_head_attention
+from ascend_env.kernels import multi_head_attention, transformer_encoder_layer
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -27,8 +27,39 @@ def _attention(device: str, batch: int, length: int, dim: int, heads: int, need:
     )
 
 
+def _encoder_layer(device: str, batch: int, length: int, dim: int, heads: int, activation: str) -> Case:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(dim, heads, 4 * dim, activation=activation, batch_first=True)
+    layer = layer.eval().to(device)
+    attention = layer.self_attn
+    args = (
+        torch.randn(batch, length, dim).to(device),
+        dim,
+        heads,
+        attention.in_proj_weight.detach(),
+        attention.in_proj_bias.detach(),
+        attention.out_proj.weight.detach(),
+        attention.out_proj.bias.detach(),
+        activation == "gelu",
+        False,
+        layer.norm1.eps,
+        *(p.detach() for p in (layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias)),
+        *(
+            p.detach()
+            for p in (layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias)
+        ),
+    )
+    return (
+        f"_transformer_encoder_layer_fwd B={batch} T={length} D={dim} {activation}",
+        lambda: transformer_encoder_layer.transformer_encoder_layer_fwd(*args),
+        lambda: torch._transformer_encoder_layer_fwd(*args),
+    )
+
+
 def cases(device: str) -> List[Case]:
     return [
+        _encoder_layer(device, 8, 128, 256, 8, "relu"),
+        _encoder_layer(device, 8, 128, 256, 8, "gelu"),
         _attention(device, 8, 197, 192, 3, False),  # ViT-Tiny/16 on 224x224
         _attention(device, 2, 50, 768, 12, True),  # CLIP ViT-B/32, weights averaged
     ]

@@ -7,7 +7,7 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["FIXES", "NATIVE_MULTI_HEAD_ATTENTION"]
+__all__ = ["FIXES", "NATIVE_MULTI_HEAD_ATTENTION", "TRANSFORMER_ENCODER_LAYER"]
 
 # -- _native_multi_head_attention --------------------------------------------------------------------
 # Missing from 2.1.0.post3 to 2.1.0.post12 and from 2.2.0 to 2.5.1 (with _transform_bias_rescale_qkv
@@ -64,4 +64,53 @@ NATIVE_MULTI_HEAD_ATTENTION = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION,)
+# -- _transformer_encoder_layer_fwd ----------------------------------------------------------------
+# In no release's table. The smoke sample: embed_dim 4, 2 heads, a feed-forward width of 6, relu.
+_FFN = 6
+
+TRANSFORMER_ENCODER_LAYER = Fix(
+    name="transformer_encoder_layer",
+    module="ascend_env.kernels.transformer_encoder_layer",
+    overloads=(Overload("_transformer_encoder_layer_fwd", (">=0",)),),
+    reason=(
+        "nn.TransformerEncoderLayer and nn.TransformerEncoder in eval mode under no_grad call "
+        "torch._transformer_encoder_layer_fwd once per layer on every forward: without an NPU kernel "
+        "each call copies the activations and all the layer's weights to the host and back."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch v2.1.0 "
+        "aten/src/ATen/native/transformers/transformer.cpp (transformer_encoder_layer_forward)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample(
+            "_transformer_encoder_layer_fwd",
+            (
+                _QUERY,
+                _D,
+                _HEADS,
+                *_MHA_WEIGHTS,
+                False,
+                False,
+                1e-5,
+                T([1.0, 0.5, 2.0, 1.5], "float32"),
+                T([0.0, 0.25, -0.5, 0.125], "float32"),
+                T([0.75, 1.0, 1.25, 0.5], "float32"),
+                T([0.5, 0.0, 0.25, -0.25], "float32"),
+                _floats(_FFN, _D, 0.5),
+                T([0.125 * i - 0.25 for i in range(_FFN)], "float32"),
+                _floats(_D, _FFN, 0.5),
+                T([-0.125, 0.25, 0.0, 0.5], "float32"),
+            ),
+            atol=_MHA_ATOL,
+            rtol=_MHA_RTOL,
+        ),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION, TRANSFORMER_ENCODER_LAYER)
