@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import multi_head_attention, transformer_encoder_layer
+from ascend_env.kernels import multi_head_attention, scatter_reduce, transformer_encoder_layer
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -56,8 +56,23 @@ def _encoder_layer(device: str, batch: int, length: int, dim: int, heads: int, a
     )
 
 
+def _scatter(device: str, nodes: int, edges: int, features: int, reduce: str) -> Case:
+    generator = torch.Generator().manual_seed(0)
+    messages = torch.randn(edges, features, generator=generator).to(device)
+    index = torch.randint(0, nodes, (edges, 1), generator=generator).expand(edges, features).to(device)
+    start = torch.zeros(nodes, features).to(device)
+    return (
+        f"scatter_reduce {reduce} {edges} edges -> {nodes} nodes x {features}",
+        lambda: scatter_reduce.scatter_reduce_two(start, 0, index, messages, reduce, include_self=False),
+        lambda: torch.scatter_reduce(start, 0, index, messages, reduce, include_self=False),
+    )
+
+
 def cases(device: str) -> List[Case]:
     return [
+        _scatter(device, 2708, 10556, 64, "sum"),  # Cora-sized message passing
+        _scatter(device, 2708, 10556, 64, "mean"),
+        _scatter(device, 2708, 10556, 64, "amax"),
         _encoder_layer(device, 8, 128, 256, 8, "relu"),
         _encoder_layer(device, 8, 128, 256, 8, "gelu"),
         _attention(device, 8, 197, 192, 3, False),  # ViT-Tiny/16 on 224x224
