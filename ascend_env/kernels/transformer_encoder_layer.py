@@ -21,13 +21,12 @@ the composition rounds per op, within a few ulp. No value is read back to the ho
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, FrozenSet, Optional
 
 import torch
 from torch import Tensor
 
-from ascend_env.kernels import multi_head_attention
+from ascend_env.kernels import addmm_activation, multi_head_attention
 
 __all__ = ["KERNELS", "NATIVE_OPS", "transformer_encoder_layer_fwd"]
 
@@ -60,18 +59,12 @@ def _transposed(weight: Tensor) -> Tensor:
     return weight.as_strided((weight.shape[1], weight.shape[0]), (cols, rows), weight.storage_offset())
 
 
-def _gelu_(x: Tensor) -> Tensor:
-    """ATen's vectorised GeLU (``GeluKernel.cpp``): ``x * 0.5 * (1 + erf(x * M_SQRT1_2))``."""
-    half = torch.mul(x, 0.5)
-    return x.copy_(torch.mul(half, torch.add(torch.erf(torch.mul(x, math.sqrt(0.5))), 1)))
-
-
 def _linear_for_ffn(bias: Tensor, mat1: Tensor, mat2: Tensor, use_gelu: Optional[bool]) -> Tensor:
     """ATen's ``linear_for_ffn``: ``addmm`` (``_addmm_activation``: then gelu or relu in place)."""
     batch, length = mat1.shape[0], mat1.shape[1]
     result = torch.addmm(bias, mat1.view(batch * length, mat1.shape[2]), _transposed(mat2))
     if use_gelu is not None:
-        result = _gelu_(result) if use_gelu else torch.relu_(result)
+        result = addmm_activation.gelu_(result) if use_gelu else torch.relu_(result)
     return result.view(batch, length, -1)
 
 

@@ -7,7 +7,7 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["FIXES", "NATIVE_MULTI_HEAD_ATTENTION", "TRANSFORMER_ENCODER_LAYER"]
+__all__ = ["ADDMM_ACTIVATION", "FIXES", "NATIVE_MULTI_HEAD_ATTENTION", "TRANSFORMER_ENCODER_LAYER"]
 
 # -- _native_multi_head_attention --------------------------------------------------------------------
 # Missing from 2.1.0.post3 to 2.1.0.post12 and from 2.2.0 to 2.5.1 (with _transform_bias_rescale_qkv
@@ -113,4 +113,41 @@ TRANSFORMER_ENCODER_LAYER = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION, TRANSFORMER_ENCODER_LAYER)
+# -- _addmm_activation ----------------------------------------------------------------------------------
+# The out= form is missing from 2.1.0.post3 to 2.7.1.post2 and from 2.8.0, 2.8.0.post2 and 2.9.0;
+# the functional form is in no table (ATen's structured kernel around the out= form).
+_ADDMM_ACTIVATION_MISSING = ("<2.7.1.post4", ">=2.8.0,<2.8.0.post4", "==2.9.0")
+_BIAS = T([0.5, -2.0, 0.25], "float32")
+_MAT1 = T([[1.0, -0.5], [2.0, 0.25]], "float32")
+_MAT2 = T([[0.5, -1.0, 2.0], [1.5, 0.75, -0.25]], "float32")
+
+ADDMM_ACTIVATION = Fix(
+    name="addmm_activation",
+    module="ascend_env.kernels.addmm_activation",
+    overloads=(
+        Overload("_addmm_activation", _ADDMM_ACTIVATION_MISSING, "_addmm_activation.out"),
+        Overload("_addmm_activation.out", _ADDMM_ACTIVATION_MISSING),
+    ),
+    reason=(
+        "Linear + relu/gelu fusions (ViT MLP blocks through the transformer fast path and "
+        "torch.compile's fused addmm) call torch._addmm_activation per layer: each call a host "
+        "round trip."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch "
+        "aten/src/ATen/native/LinearAlgebra.cpp (addmm_activation_out_cpu)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        # inputs and products exact in binary: relu exact; gelu within the device's erf
+        Sample("_addmm_activation", (_BIAS, _MAT1, _MAT2), (("use_gelu", True),), atol=1e-5, rtol=1e-5),
+        Sample("_addmm_activation.out", (_BIAS, _MAT1, _MAT2), out="float32"),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION, TRANSFORMER_ENCODER_LAYER, ADDMM_ACTIVATION)
