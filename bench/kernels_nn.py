@@ -7,7 +7,12 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import multi_head_attention, scatter_reduce, transformer_encoder_layer
+from ascend_env.kernels import (
+    addmm_activation,
+    multi_head_attention,
+    scatter_reduce,
+    transformer_encoder_layer,
+)
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -68,8 +73,22 @@ def _scatter(device: str, nodes: int, edges: int, features: int, reduce: str) ->
     )
 
 
+def _addmm(device: str, rows: int, inner: int, cols: int, use_gelu: bool) -> Case:
+    generator = torch.Generator().manual_seed(0)
+    bias, mat1, mat2 = (
+        torch.randn(*size, generator=generator).to(device) for size in ((cols,), (rows, inner), (inner, cols))
+    )
+    return (
+        f"_addmm_activation {rows}x{inner} @ {inner}x{cols} {'gelu' if use_gelu else 'relu'}",
+        lambda: addmm_activation.addmm_activation(bias, mat1, mat2, use_gelu=use_gelu),
+        lambda: torch._addmm_activation(bias, mat1, mat2, use_gelu=use_gelu),
+    )
+
+
 def cases(device: str) -> List[Case]:
     return [
+        _addmm(device, 8 * 197, 192, 768, True),  # ViT-Tiny's MLP
+        _addmm(device, 8 * 197, 192, 768, False),
         _scatter(device, 2708, 10556, 64, "sum"),  # Cora-sized message passing
         _scatter(device, 2708, 10556, 64, "mean"),
         _scatter(device, 2708, 10556, 64, "amax"),
