@@ -15,6 +15,7 @@ __all__ = [
     "ISIN",
     "POLAR",
     "REPEAT_INTERLEAVE",
+    "SCATTER_REDUCE",
     "SORT_STABLE",
 ]
 
@@ -267,4 +268,57 @@ BUCKETIZE = Fix(
 )
 
 
-FIXES: Tuple[Fix, ...] = (ISIN, POLAR, REPEAT_INTERLEAVE, BITWISE_SHIFT, ASSERT_ASYNC, SORT_STABLE, BUCKETIZE)
+# -- scatter_reduce.two -------------------------------------------------------------------------------
+# The same 45 releases as repeat_interleave.Tensor lack all three overloads; the functional and
+# in-place forms are ATen's structured kernel around the out= form.
+_SCATTER_REDUCE_MISSING = _REPEAT_INTERLEAVE_MISSING
+_SCATTER_SELF = T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], "float32")
+_SCATTER_INDEX = T([[0, 2, 0, 2], [1, 1, 0, 0]], "int64")
+_SCATTER_SRC = T([[0.5, -1.0, 2.0, 8.0], [3.0, 0.25, -2.0, 1.5]], "float32")
+
+SCATTER_REDUCE = Fix(
+    name="scatter_reduce",
+    module="ascend_env.kernels.scatter_reduce",
+    overloads=(
+        Overload("scatter_reduce.two", _SCATTER_REDUCE_MISSING, "scatter_reduce.two_out"),
+        Overload("scatter_reduce_.two", _SCATTER_REDUCE_MISSING, "scatter_reduce.two_out"),
+        Overload("scatter_reduce.two_out", _SCATTER_REDUCE_MISSING),
+    ),
+    reason=(
+        "PyTorch Geometric's aggregations (sum, mean, max, min per node) call "
+        "Tensor.scatter_reduce on every message-passing layer: each call a host round trip."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch "
+        "aten/src/ATen/native/TensorAdvancedIndexing.cpp (scatter_reduce_two, scatter_impl)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample("scatter_reduce.two", (_SCATTER_SELF, 1, _SCATTER_INDEX, _SCATTER_SRC, "amax")),
+        Sample(
+            "scatter_reduce_.two",
+            (_SCATTER_SELF, 1, _SCATTER_INDEX, _SCATTER_SRC, "sum"),
+            (("include_self", False),),
+        ),
+        Sample(
+            "scatter_reduce.two_out", (_SCATTER_SELF, 1, _SCATTER_INDEX, _SCATTER_SRC, "mean"), out="float32"
+        ),
+    ),
+    generation=False,
+)
+
+
+FIXES: Tuple[Fix, ...] = (
+    ISIN,
+    POLAR,
+    REPEAT_INTERLEAVE,
+    BITWISE_SHIFT,
+    ASSERT_ASYNC,
+    SORT_STABLE,
+    BUCKETIZE,
+    SCATTER_REDUCE,
+)
