@@ -87,12 +87,8 @@ def _cos_sin(n: int, rows: int, cols: int) -> Tuple[Tensor, Tensor]:
     return cos, sin
 
 
-def _table(kind: str, n: int, m: int, sign: int, scale: float, like: Tensor) -> Tensor:
-    """The real matrix of one transform (see the module docstring), on ``like``'s device."""
-    key = (kind, n, m, sign, scale, like.dtype, like.device)
-    table = _TABLES.get(key)
-    if table is not None:
-        return table
+def _host(kind: str, n: int, m: int, sign: int, scale: float) -> Tensor:
+    """The real matrix of one transform (see the module docstring), float64 on the host."""
     if kind == "r2c":  # (n, 2m): X_k = sum x_j (cos - i sin)
         cos, sin = _cos_sin(n, n, m)
         host = torch.stack((cos, -sin), -1).reshape(n, 2 * m)
@@ -108,7 +104,17 @@ def _table(kind: str, n: int, m: int, sign: int, scale: float, like: Tensor) -> 
         if n % 2 == 0:
             weight[m - 1] = 1.0
         host = torch.stack((weight * cos, -weight * sin), 1).reshape(2 * m, n)
-    host = host * scale
+    return host * scale
+
+
+def _table(kind: str, n: int, m: int, sign: int, scale: float, like: Tensor) -> Tensor:
+    """:func:`_host`'s table on ``like``'s device in its dtype, uploaded once (``empty`` +
+    ``copy_``, no read back) and kept."""
+    key = (kind, n, m, sign, scale, like.dtype, like.device)
+    table = _TABLES.get(key)
+    if table is not None:
+        return table
+    host = _host(kind, n, m, sign, scale)
     table = torch.empty(tuple(host.shape), dtype=like.dtype, device=like.device).copy_(host)
     if len(_TABLES) >= _KEPT:  # the oldest goes
         del _TABLES[next(iter(_TABLES))]
@@ -117,7 +123,8 @@ def _table(kind: str, n: int, m: int, sign: int, scale: float, like: Tensor) -> 
 
 
 def _contiguous_strides(sizes: Sequence[int]) -> List[int]:
-    strides, step = [], 1
+    strides: List[int] = []
+    step = 1
     for size in reversed(sizes):
         strides.insert(0, step)
         step *= max(size, 1)
@@ -157,7 +164,9 @@ def _apply(x: Tensor, dim: int, table: Tensor, width_in: int, width_out: int, pa
     final_strides = [contiguous[back[d]] for d in range(len(logical))]
     if pair_out == 2:
         final_sizes, final_strides = final_sizes + [2], final_strides + [1]
-    return torch.clone(torch.as_strided(result, final_sizes, final_strides, 0), memory_format=torch.contiguous_format)
+    return torch.clone(
+        torch.as_strided(result, final_sizes, final_strides, 0), memory_format=torch.contiguous_format
+    )
 
 
 def _scale(normalization: int, sizes: Sequence[int]) -> float:
@@ -177,6 +186,12 @@ def _refuse(op: Callable[..., Tensor], self: Tensor, *args: object) -> None:
     proxy = torch.zeros((1,) * self.dim(), dtype=self.dtype).expand(tuple(self.shape))
     op(proxy, *args)
     raise RuntimeError(f"{op}: invalid arguments {args} for a tensor of shape {tuple(self.shape)}")
+
+
+def _resolved(self: Tensor) -> Tensor:
+    """``self`` without its lazy conjugate or negative bit (a ``clone`` where set), which
+    ``view_as_real`` refuses: the backward of ``ihfft`` and ``x.conj()`` hand such tensors."""
+    return torch.resolve_neg(torch.resolve_conj(self)) if self.is_conj() or self.is_neg() else self
 
 
 def _valid_dims(self: Tensor, dim: Sequence[int]) -> bool:
@@ -208,7 +223,7 @@ def fft_c2c(self: Tensor, dim: List[int], normalization: int, forward: bool) -> 
         _refuse(torch.ops.aten._fft_c2c.default, self, dim, normalization, forward)
     sign = -1 if forward else 1
     scale = _scale(normalization, [self.shape[d] for d in dim])
-    y = torch.view_as_real(self)
+    y = torch.view_as_real(_resolved(self))
     if not y.is_contiguous():
         y = torch.clone(y, memory_format=torch.contiguous_format)
     for position, d in enumerate(reversed(dim)):
@@ -230,7 +245,7 @@ def fft_c2r(self: Tensor, dim: List[int], normalization: int, last_dim_size: int
     m = self.shape[last]
     sizes = [self.shape[d] for d in dim[:-1]] + [last_dim_size]
     scale = _scale(normalization, sizes)
-    y = torch.view_as_real(self)
+    y = torch.view_as_real(_resolved(self))
     if not y.is_contiguous():
         y = torch.clone(y, memory_format=torch.contiguous_format)
     for d in reversed(dim[:-1]):
@@ -253,7 +268,9 @@ def fft_c2c_out(self: Tensor, dim: List[int], normalization: int, forward: bool,
     return out.copy_(result)
 
 
-def fft_c2r_out(self: Tensor, dim: List[int], normalization: int, last_dim_size: int, *, out: Tensor) -> Tensor:
+def fft_c2r_out(
+    self: Tensor, dim: List[int], normalization: int, last_dim_size: int, *, out: Tensor
+) -> Tensor:
     """``aten::_fft_c2r.out``."""
     result = fft_c2r(self, dim, normalization, last_dim_size)
     resize_output(out, tuple(result.shape))

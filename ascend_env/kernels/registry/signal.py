@@ -14,8 +14,13 @@ __all__ = ["FFT", "FIXES"]
 # their out= forms (2.1.0.post6 and 2.1.0.post8 on have them). The functionals are no composites:
 # each has its own CPU kernel (aten/src/ATen/native/mkl/SpectralOps.cpp), so each falls back alone.
 _FFT_MISSING = ("==2.1.0.post3", ">=2.2.0,<2.3.1.post2")
-_SIGNAL = T([[0.5, -1.0, 2.0, 0.25, 3.0, -0.5, 1.0, 0.0], [1.0, 2.0, -3.0, 4.0, 0.5, 0.5, -2.0, 1.5]], "float32")
-_SPECTRUM = T([[1 + 2j, -0.5 + 1j, 3 - 1j, 0.25j, 2 + 0j], [-1 + 0j, 0.5 - 0.5j, 1 + 1j, -2 - 1j, 0.5 + 0j]], "complex64")
+_SIGNAL = T(
+    [[0.5, -1.0, 2.0, 0.25, 3.0, -0.5, 1.0, 0.0], [1.0, 2.0, -3.0, 4.0, 0.5, 0.5, -2.0, 1.5]], "float32"
+)
+_SPECTRUM = T(
+    [[1 + 2j, -0.5 + 1j, 3 - 1j, 0.25j, 2 + 0j], [-1 + 0j, 0.5 - 0.5j, 1 + 1j, -2 - 1j, 0.5 + 0j]],
+    "complex64",
+)
 # A DFT as matrix products adds in another order than pocketfft's FFT: within 4 * sqrt(n) * eps
 # * ||x|| of the CPU (n = 8 here, ||x|| < 10: 3e-5); the CPU's own result is no more exact.
 _FFT_ATOL, _FFT_RTOL = 3e-5, 1e-5
@@ -45,7 +50,9 @@ FFT = Fix(
         Sample("_fft_r2c", (_SIGNAL, [1], 0, True), atol=_FFT_ATOL, rtol=_FFT_RTOL),
         Sample("_fft_r2c.out", (_SIGNAL, [0, 1], 1, False), out="complex64", atol=_FFT_ATOL, rtol=_FFT_RTOL),
         Sample("_fft_c2c", (_SPECTRUM, [1], 0, True), atol=_FFT_ATOL, rtol=_FFT_RTOL),
-        Sample("_fft_c2c.out", (_SPECTRUM, [0, 1], 2, False), out="complex64", atol=_FFT_ATOL, rtol=_FFT_RTOL),
+        Sample(
+            "_fft_c2c.out", (_SPECTRUM, [0, 1], 2, False), out="complex64", atol=_FFT_ATOL, rtol=_FFT_RTOL
+        ),
         Sample("_fft_c2r", (_SPECTRUM, [1], 2, 8), atol=_FFT_ATOL, rtol=_FFT_RTOL),
         Sample("_fft_c2r.out", (_SPECTRUM, [0, 1], 1, 9), out="float32", atol=_FFT_ATOL, rtol=_FFT_RTOL),
     ),
