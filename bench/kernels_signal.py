@@ -5,8 +5,41 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Tuple
 
+import torch
+
+from ascend_env.kernels import fft
+
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
 
 def cases(device: str) -> List[Case]:
-    return []
+    generator = torch.Generator().manual_seed(0)
+    found: List[Case] = []
+    aten = torch.ops.aten
+    # STFT frames: Whisper's 400 (30 s at 16 kHz, hop 160: 3000 frames), a vocoder's 512 and 2048.
+    for frames, size in ((3000, 400), (3000, 512), (500, 2048)):
+        signal = torch.randn(frames, size, generator=generator).to(device)
+        spectrum = aten._fft_r2c(signal, [1], 0, True)
+        found.append(
+            (
+                f"_fft_r2c {frames}x{size}",
+                lambda x=signal: fft.fft_r2c(x, [1], 0, True),
+                lambda x=signal: aten._fft_r2c(x, [1], 0, True),
+            )
+        )
+        found.append(
+            (
+                f"_fft_c2r {frames}x{size // 2 + 1} -> {size}",
+                lambda x=spectrum, n=size: fft.fft_c2r(x, [1], 2, n),
+                lambda x=spectrum, n=size: aten._fft_c2r(x, [1], 2, n),
+            )
+        )
+    image = torch.randn(8, 64, 64, generator=generator).to(device).to(torch.complex64)
+    found.append(
+        (
+            "_fft_c2c 8x64x64 dims (1, 2)",
+            lambda x=image: fft.fft_c2c(x, [1, 2], 0, True),
+            lambda x=image: aten._fft_c2c(x, [1, 2], 0, True),
+        )
+    )
+    return found
