@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import fft
+from ascend_env.kernels import fft, unfold_backward
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -42,4 +42,15 @@ def cases(device: str) -> List[Case]:
             lambda x=image: aten._fft_c2c(x, [1, 2], 0, True),
         )
     )
+    # istft's overlap-add: frames of 512 at a hop of 128, Whisper's 400 at 160; a step-1 unfold.
+    for frames, size, step in ((3000, 512, 128), (3000, 400, 160), (64, 64, 1)):
+        length = (frames - 1) * step + size
+        grad = torch.randn(4, frames, size, generator=generator).to(device)
+        found.append(
+            (
+                f"unfold_backward 4x{frames}x{size} step {step}",
+                lambda g=grad, n=length, s=size, h=step: unfold_backward.unfold_backward(g, [4, n], 1, s, h),
+                lambda g=grad, n=length, s=size, h=step: aten.unfold_backward(g, [4, n], 1, s, h),
+            )
+        )
     return found

@@ -7,7 +7,7 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["FFT", "FIXES"]
+__all__ = ["FFT", "FIXES", "UNFOLD_BACKWARD"]
 
 # -- the FFTs --------------------------------------------------------------------------------------
 # torch_npu 2.1.0.post3, 2.2.0, 2.2.0.post2 and 2.3.1 lack aten::_fft_r2c, _fft_c2c and _fft_c2r and
@@ -59,4 +59,44 @@ FFT = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (FFT,)
+# -- unfold_backward -------------------------------------------------------------------------------
+# torch_npu 2.1.0.post3 to 2.1.0.post13 and 2.2.0 to 2.6.0 (18 tables) lack aten::unfold_backward;
+# 2.1.0.post17 and 2.6.0.post3 on have it.
+# unfold_backward.out is ATen's CompositeExplicitAutograd wrapper of the functional: no kernel.
+_UNFOLD_BACKWARD_MISSING = ("<2.1.0.post17", ">=2.2.0,<2.6.0.post3")
+
+UNFOLD_BACKWARD = Fix(
+    name="unfold_backward",
+    module="ascend_env.kernels.unfold_backward",
+    overloads=(Overload("unfold_backward", _UNFOLD_BACKWARD_MISSING),),
+    reason=(
+        "torch.istft's overlap-add calls it (vocoders' ISTFT), and so does the backward of every "
+        "Tensor.unfold (torch.stft's framing, patch extraction); without an NPU kernel each call "
+        "copies the frames to the host and back."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch "
+        "aten/src/ATen/native/cpu/UnfoldBackwardKernel.cpp"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        # integers in float32: every order of addition gives the same bits
+        Sample(
+            "unfold_backward",
+            (
+                T([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [-1.0, 0.5, 2.5, 9.0]], "float32"),
+                [10],
+                0,
+                4,
+                2,
+            ),
+        ),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (FFT, UNFOLD_BACKWARD)
