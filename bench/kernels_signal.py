@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import fft, unfold_backward
+from ascend_env.kernels import fft, unfold_backward, upsample_nearest_exact
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -51,6 +51,27 @@ def cases(device: str) -> List[Case]:
                 f"unfold_backward 4x{frames}x{size} step {step}",
                 lambda g=grad, n=length, s=size, h=step: unfold_backward.unfold_backward(g, [4, n], 1, s, h),
                 lambda g=grad, n=length, s=size, h=step: aten.unfold_backward(g, [4, n], 1, s, h),
+            )
+        )
+    # nearest-exact resizing: an image processor's 224 -> 336, a feature map x2, and its gradient.
+    for shape, size in (((1, 3, 224, 224), [336, 336]), ((8, 256, 32, 32), [64, 64])):
+        image = torch.randn(*shape, generator=generator).to(device)
+        grad = torch.randn(*shape[:2], *size, generator=generator).to(device)
+        label = "x".join(map(str, shape))
+        found.append(
+            (
+                f"_upsample_nearest_exact2d {label} -> {size[0]}",
+                lambda x=image, s=size: upsample_nearest_exact.upsample_nearest_exact2d(x, s),
+                lambda x=image, s=size: aten._upsample_nearest_exact2d(x, s),
+            )
+        )
+        found.append(
+            (
+                f"_upsample_nearest_exact2d_backward {label}",
+                lambda g=grad, s=size, i=list(shape): (
+                    upsample_nearest_exact.upsample_nearest_exact2d_backward(g, s, i)
+                ),
+                lambda g=grad, s=size, i=list(shape): aten._upsample_nearest_exact2d_backward(g, s, i),
             )
         )
     return found

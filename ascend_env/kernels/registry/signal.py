@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
+from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T, pair
 
-__all__ = ["FFT", "FIXES", "UNFOLD_BACKWARD"]
+__all__ = ["FFT", "FIXES", "UNFOLD_BACKWARD", "UPSAMPLE_NEAREST_EXACT"]
 
 # -- the FFTs --------------------------------------------------------------------------------------
 # torch_npu 2.1.0.post3, 2.2.0, 2.2.0.post2 and 2.3.1 lack aten::_fft_r2c, _fft_c2c and _fft_c2r and
@@ -99,4 +99,54 @@ UNFOLD_BACKWARD = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (FFT, UNFOLD_BACKWARD)
+# -- _upsample_nearest_exact2d ---------------------------------------------------------------------
+# torch_npu 2.1.0.post3 to 2.1.0.post8, 2.2.0, 2.2.0.post2, 2.3.1, 2.3.1.post2 and 2.4.0 lack it, its
+# out= form and its backward (both forms); the .vec overload F.interpolate calls is a composite of
+# the functional (CompositeImplicitAutograd, torch 2.1 to 2.13).
+_NEAREST_EXACT_MISSING = ("<2.1.0.post10", ">=2.2.0,<2.3.1.post4", "==2.4.0")
+_IMAGE = T([[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[-1.0, 0.5, 7.0], [2.5, -3.0, 8.0]]]], "float32")
+_IMAGE_GRAD = T(
+    [[[[float(i * 5 + j - 7 + 20 * c) for j in range(5)] for i in range(3)] for c in range(2)]], "float32"
+)
+
+UPSAMPLE_NEAREST_EXACT = Fix(
+    name="upsample_nearest_exact",
+    module="ascend_env.kernels.upsample_nearest_exact",
+    # structured: torch_npu's functional falls back through its out= form
+    overloads=(
+        *pair("_upsample_nearest_exact2d", "_upsample_nearest_exact2d.out", _NEAREST_EXACT_MISSING),
+        *pair(
+            "_upsample_nearest_exact2d_backward",
+            "_upsample_nearest_exact2d_backward.grad_input",
+            _NEAREST_EXACT_MISSING,
+        ),
+    ),
+    reason=(
+        "F.interpolate(mode='nearest-exact') (image processors and vision models that resize as "
+        "Pillow does) and its gradient; without an NPU kernel each call copies the image to the "
+        "host and back."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch "
+        "aten/src/ATen/native/UpSample.h (nearest_neighbor_exact_compute_source_index)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        Sample("_upsample_nearest_exact2d", (_IMAGE, [3, 5])),
+        Sample("_upsample_nearest_exact2d.out", (_IMAGE, [5, 2], 2.5, 0.7), out="float32"),
+        # integer gradients: every order of the sums gives the same bits
+        Sample("_upsample_nearest_exact2d_backward", (_IMAGE_GRAD, [3, 5], [1, 2, 2, 3])),
+        Sample(
+            "_upsample_nearest_exact2d_backward.grad_input",
+            (_IMAGE_GRAD, [3, 5], [1, 2, 2, 3], 1.5, 1.7),
+            outs=(("grad_input", "float32"),),
+        ),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (FFT, UNFOLD_BACKWARD, UPSAMPLE_NEAREST_EXACT)
