@@ -18,15 +18,18 @@ import torch.nn.functional as F
 from conftest import run_python
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ascend_env.kernels import upsample_nearest_exact as kernels
+from ascend_env.kernels import upsample_nearest_exact
+from ascend_env.kernels.upsample_nearest_exact import (
+    upsample_nearest_exact2d_backward_grad_input,
+)
 from ascend_env.sim import optables
 
 ATEN = torch.ops.aten
 _OURS = {
-    ATEN._upsample_nearest_exact2d.default: kernels.upsample_nearest_exact2d,
-    ATEN._upsample_nearest_exact2d.out: kernels.upsample_nearest_exact2d_out,
-    ATEN._upsample_nearest_exact2d_backward.default: kernels.upsample_nearest_exact2d_backward,
-    ATEN._upsample_nearest_exact2d_backward.grad_input: kernels.upsample_nearest_exact2d_backward_grad_input,
+    ATEN._upsample_nearest_exact2d.default: upsample_nearest_exact.upsample_nearest_exact2d,
+    ATEN._upsample_nearest_exact2d.out: upsample_nearest_exact.upsample_nearest_exact2d_out,
+    ATEN._upsample_nearest_exact2d_backward.default: upsample_nearest_exact.upsample_nearest_exact2d_backward,
+    ATEN._upsample_nearest_exact2d_backward.grad_input: upsample_nearest_exact2d_backward_grad_input,
 }
 
 
@@ -122,10 +125,14 @@ def test_scales_and_layouts(scale, recompute, channels_last):
 def test_backward_is_exact_on_integers():
     grad = torch.randint(-50, 50, (2, 3, 9, 17)).float()
     want = ATEN._upsample_nearest_exact2d_backward(grad, [9, 17], [2, 3, 4, 6])
-    assert torch.equal(kernels.upsample_nearest_exact2d_backward(grad, [9, 17], [2, 3, 4, 6]), want)
+    assert torch.equal(
+        upsample_nearest_exact.upsample_nearest_exact2d_backward(grad, [9, 17], [2, 3, 4, 6]), want
+    )
     out = torch.empty(0)
     assert (
-        kernels.upsample_nearest_exact2d_backward_grad_input(grad, [9, 17], [2, 3, 4, 6], grad_input=out)
+        upsample_nearest_exact.upsample_nearest_exact2d_backward_grad_input(
+            grad, [9, 17], [2, 3, 4, 6], grad_input=out
+        )
         is out
     )
     assert torch.equal(out, want)
@@ -140,7 +147,7 @@ def test_refusals_are_the_cpus(shape, size):
     with pytest.raises(Exception) as native:
         ATEN._upsample_nearest_exact2d(x, size)
     with pytest.raises(Exception) as ours:
-        kernels.upsample_nearest_exact2d(x, size)
+        upsample_nearest_exact.upsample_nearest_exact2d(x, size)
     assert type(ours.value) is type(native.value)
     assert str(ours.value).splitlines()[0] == str(native.value).splitlines()[0]
 
@@ -149,24 +156,24 @@ def test_native_ops_is_exactly_what_is_dispatched():
     x = torch.randn(1, 2, 5, 7).to(memory_format=torch.channels_last)
     grad = torch.ones(1, 2, 9, 4)
     calls = (
-        lambda: kernels.upsample_nearest_exact2d(x, [9, 4]),
-        lambda: kernels.upsample_nearest_exact2d_out(x, [9, 4], out=torch.empty(0)),
-        lambda: kernels.upsample_nearest_exact2d_backward(grad, [9, 4], [1, 2, 5, 7]),
+        lambda: upsample_nearest_exact.upsample_nearest_exact2d(x, [9, 4]),
+        lambda: upsample_nearest_exact.upsample_nearest_exact2d_out(x, [9, 4], out=torch.empty(0)),
+        lambda: upsample_nearest_exact.upsample_nearest_exact2d_backward(grad, [9, 4], [1, 2, 5, 7]),
     )
     for call in calls:
         call()  # the host's indices, computed once
-    kernels._INDICES.clear()  # uploaded again: empty + copy_
+    upsample_nearest_exact._INDICES.clear()  # uploaded again: empty + copy_
     seen: set = set()
     for call in calls:
         with _Ours() as ops:
             call()
         seen |= ops.seen
-    assert seen == kernels.NATIVE_OPS
+    assert seen == upsample_nearest_exact.NATIVE_OPS
 
 
 def test_native_ops_are_native_in_every_torch_npu_release():
     for release in optables.releases():
-        assert not kernels.NATIVE_OPS - optables.load(release), release
+        assert not upsample_nearest_exact.NATIVE_OPS - optables.load(release), release
 
 
 ON_TABLE = """
@@ -205,6 +212,6 @@ def test_interpolate_on_the_simulated_npu(table, lacks):
             "aten::_upsample_nearest_exact2d.out": 1,
             "aten::_upsample_nearest_exact2d_backward.grad_input": 1,
         }
-        assert result["registered"] == list(kernels.KERNELS)
+        assert result["registered"] == list(upsample_nearest_exact.KERNELS)
     else:
         assert result["before"] == {} and result["registered"] == []
