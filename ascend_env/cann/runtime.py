@@ -85,9 +85,15 @@ def report() -> Dict[str, Any]:
     function: Any = _core.ascend_env_cann_report
     function.restype = ctypes.c_size_t
     function.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    # The counters grow on torch_npu's task-queue thread meanwhile: the report may outgrow the
+    # size asked first, and is then not written; ask again with room to spare until it fits.
     size = int(function(None, 0))
-    buffer = ctypes.create_string_buffer(size + 1)
-    function(buffer, size + 1)
+    while True:
+        buffer = ctypes.create_string_buffer(2 * size + 256)
+        needed = int(function(buffer, len(buffer)))
+        if needed < len(buffer):
+            break
+        size = needed
     document: Dict[str, Any] = json.loads(buffer.value.decode("utf-8"))
     return document
 
