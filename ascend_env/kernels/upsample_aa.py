@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from ascend_env.kernels.outputs import resize_output
-from ascend_env.kernels.upsample_nearest_exact import _channels_last
 
 __all__ = [
     "KERNELS",
@@ -202,6 +201,22 @@ def _matrix(
             del _MATRICES[next(iter(_MATRICES))]
         _MATRICES[key] = found
     return found
+
+
+def _channels_last(tensor: Tensor) -> bool:
+    """Whether ATen's ``suggest_memory_format`` says channels-last: c10's
+    ``is_channels_last_strides_2d_s4`` on the sizes and strides (``c10/core/MemoryFormat.h``)."""
+    sizes, strides = tensor.shape, tensor.stride()
+    if strides[1] == 0:
+        return False
+    smallest = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < smallest:
+            return False
+        if d == 0 and smallest == strides[1]:
+            return False
+        smallest = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
 
 
 def _proxy(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
