@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from ascend_env.kernels import fft, unfold_backward, upsample_nearest_exact
+from ascend_env.kernels import fft, unfold_backward, upsample_aa, upsample_nearest_exact
 
 Case = Tuple[str, Callable[[], Any], Callable[[], Any]]
 
@@ -74,4 +74,33 @@ def cases(device: str) -> List[Case]:
                 lambda g=grad, s=size, i=list(shape): aten._upsample_nearest_exact2d_backward(g, s, i),
             )
         )
+    # anti-aliased resizing: an image processor's 1024 -> 224 (bicubic, as CLIP/SigLIP resize) and a
+    # 512 -> 384 bilinear, with the gradient of the bilinear.
+    for mode, shape, size in (
+        ("bicubic", (1, 3, 1024, 1024), [224, 224]),
+        ("bilinear", (4, 3, 512, 512), [384, 384]),
+    ):
+        image = torch.randn(*shape, generator=generator).to(device)
+        grad = torch.randn(*shape[:2], *size, generator=generator).to(device)
+        label = "x".join(map(str, shape))
+        name = f"_upsample_{mode}2d_aa"
+        found.append(
+            (
+                f"{name} {label} -> {size[0]}",
+                lambda x=image, s=size, n=name: upsample_aa.KERNELS[n](x, s, False),
+                lambda x=image, s=size, n=name: getattr(aten, n)(x, s, False),
+            )
+        )
+        if mode == "bilinear":
+            found.append(
+                (
+                    f"{name}_backward {label}",
+                    lambda g=grad, s=size, i=list(shape), n=name: upsample_aa.KERNELS[f"{n}_backward"](
+                        g, s, i, False
+                    ),
+                    lambda g=grad, s=size, i=list(shape), n=name: getattr(aten, f"{n}_backward")(
+                        g, s, i, False
+                    ),
+                )
+            )
     return found

@@ -7,7 +7,7 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T, pair
 
-__all__ = ["FFT", "FIXES", "UNFOLD_BACKWARD", "UPSAMPLE_NEAREST_EXACT"]
+__all__ = ["FFT", "FIXES", "UNFOLD_BACKWARD", "UPSAMPLE_AA", "UPSAMPLE_NEAREST_EXACT"]
 
 # -- the FFTs --------------------------------------------------------------------------------------
 # torch_npu 2.1.0.post3, 2.2.0, 2.2.0.post2 and 2.3.1 lack aten::_fft_r2c, _fft_c2c and _fft_c2r and
@@ -149,4 +149,68 @@ UPSAMPLE_NEAREST_EXACT = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (FFT, UNFOLD_BACKWARD, UPSAMPLE_NEAREST_EXACT)
+
+# -- _upsample_bilinear2d_aa, _upsample_bicubic2d_aa -------------------------------------------------
+# torch_npu 2.1.0.post3, 2.1.0.post6, 2.2.0, 2.2.0.post2 and 2.3.1 lack them, their out= forms and
+# their backwards (both forms); the .vec overloads F.interpolate calls are composites of the
+# functionals (CompositeImplicitAutograd, torch 2.1 to 2.13).
+_AA_MISSING = ("<2.1.0.post8", ">=2.2.0,<2.3.1.post2")
+_AA_IMAGE = T(
+    [[[[float((i * 7 + j * 3) % 11) - 4.5 for j in range(6)] for i in range(5)] for c in range(2)]], "float32"
+)
+_AA_GRAD = T(
+    [[[[float((i * 5 + j) % 7) - 3.0 for j in range(4)] for i in range(3)] for c in range(2)]], "float32"
+)
+# mm/bmm sum the weighted terms in another order than the CPU's loops: within 16 * eps of the
+# largest value (|x| <= 6.5 here, measured 8 * eps at most): 1e-5.
+_AA_ATOL = 1e-5
+
+
+def _aa_smoke(mode: str) -> Tuple[Sample, ...]:
+    name = f"_upsample_{mode}2d_aa"
+    return (
+        Sample(name, (_AA_IMAGE, [3, 4], False), atol=_AA_ATOL),
+        Sample(f"{name}.out", (_AA_IMAGE, [8, 3], True, 1.6, 0.5), out="float32", atol=_AA_ATOL),
+        Sample(f"{name}_backward", (_AA_GRAD, [3, 4], [1, 2, 5, 6], False), atol=_AA_ATOL),
+        Sample(
+            f"{name}_backward.grad_input",
+            (_AA_GRAD, [3, 4], [1, 2, 5, 6], False, 0.6, 0.7),
+            outs=(("grad_input", "float32"),),
+            atol=_AA_ATOL,
+        ),
+    )
+
+
+UPSAMPLE_AA = Fix(
+    name="upsample_aa",
+    module="ascend_env.kernels.upsample_aa",
+    # structured: torch_npu's functionals fall back through their out= forms
+    overloads=tuple(
+        overload
+        for mode in ("bilinear", "bicubic")
+        for overload in (
+            *pair(f"_upsample_{mode}2d_aa", f"_upsample_{mode}2d_aa.out", _AA_MISSING),
+            *pair(
+                f"_upsample_{mode}2d_aa_backward", f"_upsample_{mode}2d_aa_backward.grad_input", _AA_MISSING
+            ),
+        )
+    ),
+    reason=(
+        "F.interpolate(mode='bilinear' or 'bicubic', antialias=True) (image processors and "
+        "torchvision's resize, as Pillow resizes) and its gradient; without an NPU kernel each "
+        "call copies the image to the host and back."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch "
+        "aten/src/ATen/native/cpu/UpSampleKernel.cpp (_compute_indices_min_size_weights_aa, v2.1.0)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(*_aa_smoke("bilinear"), *_aa_smoke("bicubic")),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (FFT, UNFOLD_BACKWARD, UPSAMPLE_NEAREST_EXACT, UPSAMPLE_AA)
