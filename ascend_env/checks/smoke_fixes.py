@@ -39,7 +39,9 @@ def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
         outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=device))
         kwargs[keyword] = outs[-1]
     got = getattr(packet, overload or "default")(*args, **kwargs)
-    if got is None or (isinstance(got, tuple) and not got):  # an in-place op that returns nothing (_fused_adamw_): its arguments
+    if got is None or (
+        isinstance(got, tuple) and not got
+    ):  # an in-place op that returns nothing (_fused_adamw_): its arguments
         flat = [x for arg in args for x in (arg if isinstance(arg, list) else [arg])]
         got = [x for x in flat if isinstance(x, torch.Tensor)]
     return got, outs
@@ -90,7 +92,9 @@ def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
         if skipped is not None:  # not tried, and why: never a failure, never a silent pass
             return {"overloads": {}, "skipped": skipped}
     for op in fix.ops:  # torch < 2.4 has no CPU kernel for _fused_adamw_: nothing to compare against
-        if not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.qualified_name, key) for key in _CPU_KEYS):
+        if not any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.qualified_name, key) for key in _CPU_KEYS
+        ):
             return {"overloads": {}, "skipped": f"this torch's CPU has no kernel for {op.qualified_name}"}
     results: Dict[str, OverloadResult] = {}
     for sample in fix.smoke:

@@ -47,7 +47,14 @@ def _clone(state: State) -> State:
 
 def _kwargs(amsgrad: bool, maximize: bool, weight_decay: float, **extra: Any) -> Dict[str, Any]:
     return dict(
-        lr=1e-2, beta1=0.9, beta2=0.999, weight_decay=weight_decay, eps=1e-8, amsgrad=amsgrad, maximize=maximize, **extra
+        lr=1e-2,
+        beta1=0.9,
+        beta2=0.999,
+        weight_decay=weight_decay,
+        eps=1e-8,
+        amsgrad=amsgrad,
+        maximize=maximize,
+        **extra,
     )
 
 
@@ -84,7 +91,9 @@ def test_steps_equal_to_unfused_adamw(amsgrad, maximize):
     """Three steps against torch.optim.AdamW(foreach=False), its step counter included."""
     params = [torch.randn(6, 4, generator=torch.Generator().manual_seed(3)), torch.randn(5)]
     reference = [p.clone().requires_grad_() for p in params]
-    opt = torch.optim.AdamW(reference, lr=1e-2, weight_decay=0.01, amsgrad=amsgrad, maximize=maximize, foreach=False)
+    opt = torch.optim.AdamW(
+        reference, lr=1e-2, weight_decay=0.01, amsgrad=amsgrad, maximize=maximize, foreach=False
+    )
     mine = [p.clone() for p in params]
     exp_avgs, exp_avg_sqs = [torch.zeros_like(p) for p in mine], [torch.zeros_like(p) for p in mine]
     max_exp_avg_sqs = [torch.zeros_like(p) for p in mine] if amsgrad else []
@@ -148,7 +157,9 @@ def test_the_checks_are_atens(text, args, amsgrad):
 def test_integer_params_are_refused_as_on_the_cpu():
     ints = [torch.ones(3, dtype=torch.int64)]
     with pytest.raises(type(not_implemented("k", "Long")), match="not implemented for 'Long'"):
-        fused_adamw.fused_adamw_(ints, ints, ints, ints, [], [torch.tensor(1.0)], **_kwargs(False, False, 0.0))
+        fused_adamw.fused_adamw_(
+            ints, ints, ints, ints, [], [torch.tensor(1.0)], **_kwargs(False, False, 0.0)
+        )
 
 
 class _DeviceOps(TorchDispatchMode):
@@ -169,7 +180,9 @@ def test_native_ops_is_exactly_what_is_dispatched():
     scale, found_inf = torch.tensor(2.0), torch.tensor(0.0)
     with _DeviceOps() as ops:  # no _local_scalar_dense (item()): no host read
         fused_adamw.fused_adamw_(*halves, **_kwargs(True, True, 0.1, grad_scale=scale, found_inf=found_inf))
-        fused_adamw.fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, **_kwargs(False, False, 0.0))
+        fused_adamw.fused_adamw_(
+            params, grads, exp_avgs, exp_avg_sqs, [], steps, **_kwargs(False, False, 0.0)
+        )
     assert ops.seen == fused_adamw.NATIVE_OPS
     for release in optables.releases():
         missing = fused_adamw.NATIVE_OPS - optables.load(release)
@@ -184,7 +197,8 @@ sim.enable({table!r})
 def train(device, fused):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, fused=fused, foreach=False if not fused else None)
+    options = dict(fused=True) if fused else dict(foreach=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, **options)
     x = torch.linspace(-1, 1, 20).reshape(5, 4).to(device)
     for _ in range(3):
         opt.zero_grad()

@@ -7,7 +7,13 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["ADDMM_ACTIVATION", "FIXES", "FUSED_ADAMW", "NATIVE_MULTI_HEAD_ATTENTION", "TRANSFORMER_ENCODER_LAYER"]
+__all__ = [
+    "ADDMM_ACTIVATION",
+    "FIXES",
+    "FUSED_ADAMW",
+    "NATIVE_MULTI_HEAD_ATTENTION",
+    "TRANSFORMER_ENCODER_LAYER",
+]
 
 # -- _native_multi_head_attention --------------------------------------------------------------------
 # Missing from 2.1.0.post3 to 2.1.0.post12 and from 2.2.0 to 2.5.1 (with _transform_bias_rescale_qkv
@@ -208,4 +214,9 @@ FUSED_ADAMW = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION, TRANSFORMER_ENCODER_LAYER, ADDMM_ACTIVATION, FUSED_ADAMW)
+FIXES: Tuple[Fix, ...] = (
+    NATIVE_MULTI_HEAD_ATTENTION,
+    TRANSFORMER_ENCODER_LAYER,
+    ADDMM_ACTIVATION,
+    FUSED_ADAMW,
+)
