@@ -9,6 +9,7 @@ import torch
 
 from ascend_env.kernels import (
     addmm_activation,
+    fused_adamw,
     multi_head_attention,
     scatter_reduce,
     transformer_encoder_layer,
@@ -85,6 +86,20 @@ def _addmm(device: str, rows: int, inner: int, cols: int, use_gelu: bool) -> Cas
     )
 
 
+def _adamw(device: str, sizes: List[int]) -> Case:
+    generator = torch.Generator().manual_seed(0)
+    params = [torch.randn(n, generator=generator).to(device) for n in sizes]
+    grads = [torch.randn(n, generator=generator).to(device) for n in sizes]
+    moments = [[torch.zeros_like(p) for p in params] for _ in range(2)]
+    steps = [torch.tensor(1.0, device=device) for _ in params]
+    kwargs = dict(lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False)
+    return (
+        f"_fused_adamw_ {len(sizes)} tensors, {sum(sizes)} elements",
+        lambda: fused_adamw.fused_adamw_(params, grads, *moments, [], steps, **kwargs),
+        lambda: torch._fused_adamw_(params, grads, *moments, [], steps, **kwargs),
+    )
+
+
 def cases(device: str) -> List[Case]:
     return [
         _addmm(device, 8 * 197, 192, 768, True),  # ViT-Tiny's MLP
@@ -96,4 +111,5 @@ def cases(device: str) -> List[Case]:
         _encoder_layer(device, 8, 128, 256, 8, "gelu"),
         _attention(device, 8, 197, 192, 3, False),  # ViT-Tiny/16 on 224x224
         _attention(device, 2, 50, 768, 12, True),  # CLIP ViT-B/32, weights averaged
+        _adamw(device, [768 * 768, 768, 3072 * 768, 3072] * 2),  # two BERT-base FFN blocks
     ]

@@ -19,7 +19,12 @@ def _tensors(torch: Any, value: Any, device: str) -> Any:
 
     if isinstance(value, T):
         return torch.tensor(value.values, dtype=getattr(torch, value.dtype), device=device)
+    if isinstance(value, (tuple, list)):  # a Tensor[] argument
+        return [_tensors(torch, item, device) for item in value]
     return value
+
+
+_CPU_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
 def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
@@ -33,7 +38,13 @@ def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
         shape = (0,) if sample.out_shape is None else sample.out_shape
         outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=device))
         kwargs[keyword] = outs[-1]
-    return getattr(packet, overload or "default")(*args, **kwargs), outs
+    got = getattr(packet, overload or "default")(*args, **kwargs)
+    if got is None or (
+        isinstance(got, tuple) and not got
+    ):  # an in-place op that returns nothing (_fused_adamw_): its arguments
+        flat = [x for arg in args for x in (arg if isinstance(arg, list) else [arg])]
+        got = [x for x in flat if isinstance(x, torch.Tensor)]
+    return got, outs
 
 
 def _results(got: Any) -> List[Any]:
@@ -80,6 +91,11 @@ def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
         skipped = _import_required(fix.requires)
         if skipped is not None:  # not tried, and why: never a failure, never a silent pass
             return {"overloads": {}, "skipped": skipped}
+    for op in fix.ops:  # torch < 2.4 has no CPU kernel for _fused_adamw_: nothing to compare against
+        if not any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.qualified_name, key) for key in _CPU_KEYS
+        ):
+            return {"overloads": {}, "skipped": f"this torch's CPU has no kernel for {op.qualified_name}"}
     results: Dict[str, OverloadResult] = {}
     for sample in fix.smoke:
         try:

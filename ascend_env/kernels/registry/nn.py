@@ -7,7 +7,13 @@ from typing import Tuple
 
 from ascend_env.kernels.registry.fix import Fix, Overload, Sample, T
 
-__all__ = ["ADDMM_ACTIVATION", "FIXES", "NATIVE_MULTI_HEAD_ATTENTION", "TRANSFORMER_ENCODER_LAYER"]
+__all__ = [
+    "ADDMM_ACTIVATION",
+    "FIXES",
+    "FUSED_ADAMW",
+    "NATIVE_MULTI_HEAD_ATTENTION",
+    "TRANSFORMER_ENCODER_LAYER",
+]
 
 # -- _native_multi_head_attention --------------------------------------------------------------------
 # Missing from 2.1.0.post3 to 2.1.0.post12 and from 2.2.0 to 2.5.1 (with _transform_bias_rescale_qkv
@@ -150,4 +156,67 @@ ADDMM_ACTIVATION = Fix(
     generation=False,
 )
 
-FIXES: Tuple[Fix, ...] = (NATIVE_MULTI_HEAD_ATTENTION, TRANSFORMER_ENCODER_LAYER, ADDMM_ACTIVATION)
+# -- _fused_adamw_ ---------------------------------------------------------------------------------------
+# Missing from 2.3.1 and 2.3.1.post2 and from 2.4.0 (every other table registers it); the
+# tensor_lr overload is in no table and reached only with a Tensor lr.
+_FUSED_ADAMW_MISSING = (">=2.3.1,<2.3.1.post4", "==2.4.0")
+
+
+def _vector(values: Tuple[float, ...]) -> Tuple[T, ...]:
+    return (T(list(values), "float32"),)
+
+
+FUSED_ADAMW = Fix(
+    name="fused_adamw",
+    module="ascend_env.kernels.fused_adamw",
+    overloads=(Overload("_fused_adamw_", _FUSED_ADAMW_MISSING),),
+    reason=(
+        "AdamW(fused=True) and transformers' optim='adamw_torch_fused' call torch._fused_adamw_ once "
+        "per step with every parameter, gradient and optimizer state: each step a host round trip of "
+        "all of them (and on torch 2.3.1, whose CPU has no fused Adam kernel, an error)."
+    ),
+    upstream=(
+        "op-plugin's YAML per release (ascend_env/data/optables); PyTorch v2.4.0 "
+        "aten/src/ATen/native/FusedAdam.cpp (_fused_adamw_kernel_cpu_) and "
+        "aten/src/ATen/native/cpu/FusedAdamKernel.cpp (adam_math, ADAMW mode)"
+    ),
+    namespace="aten",
+    dispatch_key="PrivateUse1",
+    requires=None,
+    registered_by=(),
+    host_reads=(),
+    smoke=(
+        # the second step of an amsgrad AdamW with weight decay: moments exact, parameters within a
+        # float32 ulp (the device's bias corrections are float32, the CPU's double)
+        Sample(
+            "_fused_adamw_",
+            (
+                _vector((1.0, -0.5, 0.25, 2.0)),
+                _vector((0.5, -1.0, 0.25, 0.125)),
+                _vector((0.05, -0.1, 0.025, 0.0125)),
+                _vector((0.00025, 0.001, 0.0000625, 0.000015625)),
+                _vector((0.0005, 0.001, 0.0000625, 0.0)),
+                (T(2.0, "float32"),),
+            ),
+            (
+                ("lr", 0.01),
+                ("beta1", 0.9),
+                ("beta2", 0.999),
+                ("weight_decay", 0.01),
+                ("eps", 1e-8),
+                ("amsgrad", True),
+                ("maximize", False),
+            ),
+            atol=1e-6,
+            rtol=1e-6,
+        ),
+    ),
+    generation=False,
+)
+
+FIXES: Tuple[Fix, ...] = (
+    NATIVE_MULTI_HEAD_ATTENTION,
+    TRANSFORMER_ENCODER_LAYER,
+    ADDMM_ACTIVATION,
+    FUSED_ADAMW,
+)
