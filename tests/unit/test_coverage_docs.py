@@ -207,7 +207,7 @@ def _workloads(table: str, before: dict, after: dict, status: str = "same") -> d
 def test_a_workload_op_without_a_kernel_after_install_is_shown_not_a_problem():
     fixed = "aten::repeat_interleave.Tensor"
     assert fixed in coverage_matrix.fixed_ops("2.2.0")
-    gapped = "aten::_native_multi_head_attention"
+    gapped = "aten::unique_dim"  # no kernel in the registry on any table
     assert gapped not in coverage_matrix.fixed_ops("2.2.0")
     gap = _workloads("2.2.0", {gapped: 4, fixed: 1}, {gapped: 4})
     assert coverage_matrix.problems(gap) == []
@@ -225,18 +225,18 @@ def test_a_workload_op_without_a_kernel_after_install_is_shown_not_a_problem():
 
 def test_the_page_marks_what_still_falls_back_after_install_per_table(tmp_path):
     data = tmp_path / "coverage.json"
-    fallbacks = {"aten::unfold_backward": 4, "aten::repeat_interleave.Tensor": 1}
-    coverage_matrix.merge(data, _workloads("2.2.0", fallbacks, {"aten::unfold_backward": 4}))
+    fallbacks = {"aten::unique_dim": 4, "aten::repeat_interleave.Tensor": 1}
+    coverage_matrix.merge(data, _workloads("2.2.0", fallbacks, {"aten::unique_dim": 4}))
     coverage_matrix.merge(data, _record({"aten::isin.Tensor_Tensor_out": 3}, {}, {"greedy_2eos": "same"}))
     document = coverage_matrix.load(data)
     assert len(document["runs"]) == 2  # the two suites of one table and torch are two runs
     page = coverage_matrix.render_page(document)
     assert "# Beyond text generation" in page
     assert (
-        "| faster_rcnn | vision | `repeat_interleave.Tensor` x1, `unfold_backward` x4 | "
-        "`unfold_backward` x4 (no kernel yet) | yes |  |"
+        "| faster_rcnn | vision | `repeat_interleave.Tensor` x1, `unique_dim` x4 | "
+        "`unique_dim` x4 (no kernel yet) | yes |  |"
     ) in page
-    assert "| `unfold_backward` | 2.2.0: faster_rcnn | 2.2.0: faster_rcnn |" in page
+    assert "| `unique_dim` | 2.2.0: faster_rcnn | 2.2.0: faster_rcnn |" in page
     assert "| `repeat_interleave.Tensor` | 2.2.0: faster_rcnn | none |" in page
     # The generation matrix neither counts the workloads run as a cell nor lists it as extra.
     text = coverage_matrix.matrix_text(document)
@@ -245,8 +245,8 @@ def test_the_page_marks_what_still_falls_back_after_install_per_table(tmp_path):
     summary = coverage_matrix.summary_lines(document)
     assert summary[-1] == (
         "| workloads: torch_npu 2.2.0 table, torch 2.3.1, transformers 4.57.6 | "
-        "`repeat_interleave.Tensor` (faster_rcnn); `unfold_backward` (faster_rcnn) | "
-        "`unfold_backward` (no kernel yet) |"
+        "`repeat_interleave.Tensor` (faster_rcnn); `unique_dim` (faster_rcnn) | "
+        "`unique_dim` (no kernel yet) |"
     )
 
 
