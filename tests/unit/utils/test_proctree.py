@@ -30,9 +30,12 @@ def test_python_flags(argv, flags):
 def test_a_process_that_reported_before_it_was_met_still_has_its_command_line():
     # Under load the supervisor's first poll can come after the command's report: its command line
     # must still be read once, or a fork of it (``platform`` runs ``uname -p`` so) looks unaudited.
-    argv = [sys.executable, "-c", "import sys; sys.stdin.read()", "marker"]
-    child = subprocess.Popen(argv, stdin=subprocess.PIPE)
+    argv = [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", "marker"]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        # A reporter has run long past its exec: wait for the child's Python to be up (polled right
+        # after the fork, its command line can still be empty or the parent's)
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
         tree = proctree.Tree(os.getpid())
         reported = proctree.Reported(frozenset({(child.pid, proctree.start_time(child.pid) or 0, 0)}))
         tree.poll(reported)
