@@ -115,6 +115,16 @@ def npu() -> str:
     return "npu"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _npu_before_any_backward(request: pytest.FixtureRequest) -> None:
+    """PyTorch's autograd engine sizes its per-device queues once, at the process's first backward,
+    from the devices registered then (torch/csrc/autograd/engine.cpp, device_ready_queues_): the
+    simulated NPU is registered before any test, or a CPU backward in an early test (the kernels'
+    gradient checks) makes every later npu backward fail the engine's internal assert. A program
+    imports torch_npu before its first backward, as this does."""
+    request.getfixturevalue("npu")
+
+
 @pytest.fixture(scope="session")
 def cpu_tokens() -> Dict[tuple, Any]:
     """(model, case) -> the tokens generated on the CPU, computed once per session."""
