@@ -310,8 +310,11 @@ def test_the_hook_hears_of_torch_npu_on_the_paths_programs_take(
     result = run(hooked_env, PATH_SCRIPT.format(before=before, path=PROGRAM_PATHS[path]), env)
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout.splitlines()[-1])
-    assert len(status["events"]) == 1, status
-    assert status["events"][0].startswith("torch_npu: import")
-    assert status["events"][0].endswith("(simulated)") == (backend == "simulated")
+    # torch_npu heard once; where torchvision is installed, transformers' Trainer imports it too,
+    # and the hook hears of that (its fixes wait for it)
+    heard = [event for event in status["events"] if event.startswith("torch_npu")]
+    assert len(heard) == 1 and set(status["events"]) - set(heard) <= {"torchvision: import"}, status
+    assert heard[0].startswith("torch_npu: import")
+    assert heard[0].endswith("(simulated)") == (backend == "simulated")
     assert {"isin.Tensor_Tensor", "isin.Tensor_Tensor_out"} <= set(status["registered"]), status
     assert status["release"] == "2.1.0.post6" and status["waiting_for"] is None
