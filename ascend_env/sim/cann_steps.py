@@ -19,10 +19,9 @@ audit asked for paths (``$ASCEND_ENV_AUDIT_PATHS``). Imports no torch until a st
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any, Callable, Dict, List, Mapping
 
+from ascend_env.sim import steps
 from ascend_env.sim.reports import MeasuredRun, MeasuredStep
 
 __all__ = ["Steps", "counters_of", "difference"]
@@ -68,16 +67,7 @@ class Steps:
 
     def site(self) -> str:
         """The first Python frame outside torch and ascend-env, as the model names it: ``file:line``."""
-        roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
-        frame: Any = sys._getframe(1)
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            if not filename.startswith(roots) and not filename.startswith("<"):
-                marker = os.sep + "site-packages" + os.sep
-                short = filename.split(marker, 1)[1] if marker in filename else filename
-                return f"{short}:{frame.f_lineno}"
-            frame = frame.f_back
-        return "<unknown>"
+        return steps.caller_site()
 
     def enter_generate(self, site: str = "<unknown>") -> None:
         self._depth += 1
@@ -104,11 +94,6 @@ class Steps:
 
     def report(self) -> List[MeasuredRun]:
         return list(self.runs)
-
-
-def _package_root(name: str) -> str:
-    where = getattr(sys.modules.get(name), "__file__", None) or ""
-    return os.path.dirname(where) + os.sep if where else "\0"
 
 
 def counters_of(document: Mapping[str, Any]) -> _Counters:

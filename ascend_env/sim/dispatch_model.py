@@ -34,7 +34,6 @@ from __future__ import annotations
 import collections
 import functools
 import os
-import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 from ascend_env.sim import compile_keys, compile_mode, oppaths, optables, steps
@@ -183,7 +182,6 @@ class Model:
         self.current: Optional[Bucket] = None
         self.warned: Dict[Tuple[str, int], Warning64Record] = {}
         self.errors: List[str] = []
-        self.roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
 
     # --- steps -------------------------------------------------------------------------------
     def enter_generate(self, site: str = "<unknown>") -> None:
@@ -293,13 +291,7 @@ class Model:
 
     def site(self) -> str:
         """The first Python frame outside torch and ascend-env: ``file:line``."""
-        frame = sys._getframe(1)
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            if not filename.startswith(self.roots) and not filename.startswith("<"):
-                return f"{_short(filename)}:{frame.f_lineno}"
-            frame = frame.f_back  # type: ignore[assignment]
-        return "<unknown>"
+        return steps.caller_site()
 
     # --- report ------------------------------------------------------------------------------
     def report(self) -> PathsReport:
@@ -378,19 +370,6 @@ def _guard_record() -> GuardRecord:
     if decision is None:
         return {"ran": False, "why": "torch_npu was never imported, and the guard runs when it is"}
     return cast(GuardRecord, dict(decision, ran=True))
-
-
-def _package_root(name: str) -> str:
-    module = sys.modules.get(name)
-    where = getattr(module, "__file__", None) or ""
-    return os.path.dirname(where) + os.sep if where else "\0"
-
-
-def _short(filename: str) -> str:
-    marker = os.sep + "site-packages" + os.sep
-    if marker in filename:
-        return filename.split(marker, 1)[1]
-    return filename
 
 
 def _tensors(args: Any) -> Iterator[Any]:

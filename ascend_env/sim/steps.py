@@ -12,12 +12,33 @@ the decoding mode. Importing this module imports neither torch nor transformers.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable, Protocol
 
 from ascend_env.utils import importhooks
 
-__all__ = ["Listener", "listen"]
+__all__ = ["Listener", "caller_site", "listen"]
+
+
+def caller_site() -> str:
+    """The innermost calling frame outside torch and ascend-env, as the listeners name a
+    ``generate()`` call: ``file:line``, the file relative to site-packages."""
+    roots = tuple(_package_root(name) for name in ("torch", "ascend_env"))
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(roots) and not filename.startswith("<"):
+            marker = os.sep + "site-packages" + os.sep
+            short = filename.split(marker, 1)[1] if marker in filename else filename
+            return f"{short}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def _package_root(name: str) -> str:
+    where = getattr(sys.modules.get(name), "__file__", None) or ""
+    return os.path.dirname(where) + os.sep if where else "\0"
 
 
 class Listener(Protocol):
