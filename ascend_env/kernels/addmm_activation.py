@@ -21,7 +21,7 @@ from typing import Callable, Dict, FrozenSet, Union
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented, resize_output
+from ascend_env.kernels.outputs import dtype_name, not_implemented, resize_output
 
 __all__ = ["KERNELS", "NATIVE_OPS", "Scalar", "addmm_activation", "addmm_activation_out", "gelu_"]
 
@@ -32,19 +32,6 @@ Scalar = Union[bool, int, float, complex]
 NATIVE_OPS: FrozenSet[str] = frozenset(
     {"addmm", "relu_", "erf", "mul.Tensor", "add.Tensor", "copy_", "resize_", "empty.memory_format"}
 )
-
-
-# ATen's names of the integer dtypes in its messages (c10::toString of the ScalarType).
-_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
 
 
 # caffe2::TypeMeta's names, as the structured kernels' out= dtype check prints them.
@@ -103,7 +90,7 @@ def addmm_activation(
     _meta_check(self, mat1, mat2, beta, alpha, use_gelu)
     result = torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
     if use_gelu and not result.is_floating_point():  # the CPU's GeLU has no integer loop
-        raise not_implemented("GeluKernelImpl", _NAMES.get(result.dtype, str(result.dtype)))
+        raise not_implemented("GeluKernelImpl", dtype_name(result.dtype))
     return gelu_(result) if use_gelu else torch.relu_(result)
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, FrozenSet
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented, resize_output
+from ascend_env.kernels.outputs import dtype_name, not_implemented, resize_output
 
 __all__ = [
     "KERNELS",
@@ -41,29 +41,12 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
     {"__lshift__.Tensor", "__rshift__.Tensor", "__ilshift__.Tensor", "__irshift__.Tensor", "copy_", "resize_"}
 )
 
-_ATEN_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-}
-
-
-def _name(dtype: torch.dtype) -> str:
-    return _ATEN_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-
 
 def _check_integral(stub: str, *operands: Tensor) -> None:
     """What the CPU kernel raises for a result that is not an integer (bool included)."""
     dtype = torch.result_type(*operands)
     if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-        raise not_implemented(f"{stub}_cpu", _name(dtype))
+        raise not_implemented(f"{stub}_cpu", dtype_name(dtype))
 
 
 def _can_cast(source: torch.dtype, target: torch.dtype) -> bool:
@@ -80,7 +63,8 @@ def _check_cast(target: Tensor, *operands: Tensor) -> None:
     dtype = torch.result_type(*operands)
     if not _can_cast(dtype, target.dtype):
         raise RuntimeError(
-            f"result type {_name(dtype)} can't be cast to the desired output type {_name(target.dtype)}"
+            f"result type {dtype_name(dtype)} can't be cast to the desired output type "
+            f"{dtype_name(target.dtype)}"
         )
 
 

@@ -27,7 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented
+from ascend_env.kernels.outputs import dtype_name, not_implemented
 
 __all__ = ["KERNELS", "NATIVE_OPS", "fused_adamw_"]
 
@@ -54,7 +54,6 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
 )
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.bool: "Bool", torch.uint8: "Byte"}
 
 
 def _opmath(x: Tensor) -> Tensor:
@@ -93,7 +92,7 @@ def _check(
     _expect(len(state_steps) == n, "state_steps.size() == n_tensors")
     for param in params:
         if param.dtype not in _FLOATS:
-            raise not_implemented("fused_adam_kernel", _NAMES.get(param.dtype, str(param.dtype)))
+            raise not_implemented("fused_adam_kernel", dtype_name(param.dtype))
 
 
 def fused_adamw_(

@@ -1,5 +1,6 @@
 """``out=`` tensors as ATen's kernels treat them (resized to the result's shape, with its warning),
-and ATen's "not implemented for" dispatch error as the running torch raises it."""
+ATen's "not implemented for" dispatch error as the running torch raises it, and dtypes as ATen's
+messages name them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,34 @@ from typing import Tuple, Type
 import torch
 from torch import Tensor
 
-__all__ = ["not_implemented", "resize_output"]
+__all__ = ["dtype_name", "not_implemented", "resize_output"]
+
+# c10::toString of each ScalarType (c10/core/ScalarType.h, AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS):
+# the names ATen's messages give dtypes; those this torch lacks are left out.
+_C10_NAMES = {
+    getattr(torch, attribute): name
+    for attribute, name in (
+        ("bool", "Bool"),
+        ("uint8", "Byte"),
+        ("int8", "Char"),
+        ("int16", "Short"),
+        ("int32", "Int"),
+        ("int64", "Long"),
+        ("float16", "Half"),
+        ("bfloat16", "BFloat16"),
+        ("float32", "Float"),
+        ("float64", "Double"),
+        ("complex32", "ComplexHalf"),
+        ("complex64", "ComplexFloat"),
+        ("complex128", "ComplexDouble"),
+        ("uint16", "UInt16"),
+        ("uint32", "UInt32"),
+        ("uint64", "UInt64"),
+        ("float8_e5m2", "Float8_e5m2"),
+        ("float8_e4m3fn", "Float8_e4m3fn"),
+    )
+    if hasattr(torch, attribute)
+}
 
 
 def _dispatch_error() -> Type[Exception]:
@@ -23,6 +51,11 @@ def _dispatch_error() -> Type[Exception]:
 
 
 _DISPATCH_ERROR = _dispatch_error()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``dtype`` as ATen's messages name it (c10::toString): ``Long``, ``Half``, ``ComplexFloat``."""
+    return _C10_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def not_implemented(kernel: str, dtype_name: str) -> Exception:

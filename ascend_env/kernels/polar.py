@@ -33,7 +33,7 @@ from typing import Callable, Dict, FrozenSet
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import resize_output
+from ascend_env.kernels.outputs import dtype_name, resize_output
 
 __all__ = ["ATEN_KERNELS", "KERNELS", "NATIVE_OPS", "polar", "polar_out"]
 
@@ -45,22 +45,6 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
 
 _FLOATING = (torch.float16, torch.float32, torch.float64)
 _COMPLEX = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
-# ATen's names of the dtypes in its messages (c10::toString of the ScalarType).
-_NAMES = {
-    torch.float16: "Half",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.bfloat16: "BFloat16",
-    torch.complex32: "ComplexHalf",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-}
 
 
 def _refuse_half() -> None:
@@ -83,8 +67,8 @@ def polar_out(abs: Tensor, angle: Tensor, *, out: Tensor) -> Tensor:
     expected = _COMPLEX[abs.dtype]
     if out.dtype != expected:
         raise RuntimeError(
-            f"Expected object of scalar type {_NAMES[expected]} but got scalar type "
-            f"{_name(out.dtype)} for argument 'out'"
+            f"Expected object of scalar type {dtype_name(expected)} but got scalar type "
+            f"{dtype_name(out.dtype)} for argument 'out'"
         )
     for tensor in (abs, angle):
         if tensor.device != out.device and tensor.dim() != 0:
@@ -111,17 +95,13 @@ def _check_floating(abs: Tensor, angle: Tensor) -> None:
     if abs.dtype not in _FLOATING or angle.dtype not in _FLOATING:
         raise RuntimeError(
             "Expected both inputs to be Half, Float or Double tensors but got "
-            f"{_name(abs.dtype)} and {_name(angle.dtype)}"
+            f"{dtype_name(abs.dtype)} and {dtype_name(angle.dtype)}"
         )
     if abs.dtype != angle.dtype:
         raise RuntimeError(
-            f"Expected object of scalar type {_name(abs.dtype)} but got scalar type "
-            f"{_name(angle.dtype)} for second argument"
+            f"Expected object of scalar type {dtype_name(abs.dtype)} but got scalar type "
+            f"{dtype_name(angle.dtype)} for second argument"
         )
-
-
-def _name(dtype: torch.dtype) -> str:
-    return _NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 #: One function per ``aten::polar`` overload, callable as the dispatcher calls a kernel

@@ -25,7 +25,7 @@ from typing import Callable, Dict, FrozenSet, Optional
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented
+from ascend_env.kernels.outputs import dtype_name, not_implemented
 
 __all__ = ["KERNELS", "NATIVE_OPS", "repeat_interleave_tensor"]
 
@@ -48,20 +48,6 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
     }
 )
 
-# ATen's names of the dtypes in its messages (c10::toString of the ScalarType).
-_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
-
 
 def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = None) -> Tensor:
     """``aten::repeat_interleave.Tensor``."""
@@ -69,7 +55,7 @@ def repeat_interleave_tensor(repeats: Tensor, *, output_size: Optional[int] = No
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     dtype = repeats.dtype
     if dtype not in (torch.int32, torch.int64):
-        name = _NAMES.get(dtype, str(dtype).replace("torch.", ""))
+        name = dtype_name(dtype)
         raise not_implemented("repeat_interleave_cpu", name)
     if repeats.numel() == 0:
         return torch.empty((0,), dtype=dtype, device=repeats.device)

@@ -24,7 +24,7 @@ from typing import Callable, Dict, FrozenSet, Tuple
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented
+from ascend_env.kernels.outputs import dtype_name, not_implemented
 
 __all__ = ["KERNELS", "NATIVE_OPS", "roi_align", "roi_align_backward"]
 
@@ -60,18 +60,6 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
     }
 )
 
-_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}  # ATen's names of the dtypes in its messages (c10::toString)
 _FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
@@ -85,7 +73,7 @@ def _check(tensor: Tensor, rois: Tensor, what: str, kernel: str) -> None:
             f"for {kernel})"
         )
     if tensor.dtype not in _FLOATS:
-        raise not_implemented(kernel, _NAMES.get(tensor.dtype, str(tensor.dtype).replace("torch.", "")))
+        raise not_implemented(kernel, dtype_name(tensor.dtype))
 
 
 def _column(rois: Tensor, index: int) -> Tensor:
