@@ -1,6 +1,6 @@
 """``out=`` tensors as ATen's kernels treat them (resized to the result's shape, with its warning),
-ATen's "not implemented for" dispatch error as the running torch raises it, and dtypes as ATen's
-messages name them."""
+ATen's "not implemented for" dispatch error as the running torch raises it, dtypes as ATen's
+messages name them, and the memory format ATen suggests for a result."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Tuple, Type
 import torch
 from torch import Tensor
 
-__all__ = ["dtype_name", "not_implemented", "resize_output"]
+__all__ = ["dtype_name", "not_implemented", "resize_output", "suggests_channels_last"]
 
 # c10::toString of each ScalarType (c10/core/ScalarType.h, AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS):
 # the names ATen's messages give dtypes; those this torch lacks are left out.
@@ -80,3 +80,21 @@ def resize_output(out: Tensor, shape: Tuple[int, ...], stacklevel: int = 3) -> N
             stacklevel=stacklevel,
         )
     out.resize_(shape)
+
+
+def suggests_channels_last(tensor: Tensor) -> bool:
+    """Whether ATen's ``suggest_memory_format`` says channels-last for a 4-D ``tensor``: c10's
+    ``is_channels_last_strides_2d_s4`` on the sizes and strides (``c10/core/MemoryFormat.h``)."""
+    if tensor.dim() != 4:
+        return False
+    sizes, strides = tensor.shape, tensor.stride()
+    if strides[1] == 0:
+        return False
+    smallest = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < smallest:
+            return False
+        if d == 0 and smallest == strides[1]:
+            return False
+        smallest = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True

@@ -34,7 +34,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import resize_output
+from ascend_env.kernels.outputs import resize_output, suggests_channels_last
 
 __all__ = [
     "KERNELS",
@@ -203,22 +203,6 @@ def _matrix(
     return found
 
 
-def _channels_last(tensor: Tensor) -> bool:
-    """Whether ATen's ``suggest_memory_format`` says channels-last: c10's
-    ``is_channels_last_strides_2d_s4`` on the sizes and strides (``c10/core/MemoryFormat.h``)."""
-    sizes, strides = tensor.shape, tensor.stride()
-    if strides[1] == 0:
-        return False
-    smallest = 0
-    for d in (1, 3, 2, 0):
-        if sizes[d] == 0 or strides[d] < smallest:
-            return False
-        if d == 0 and smallest == strides[1]:
-            return False
-        smallest = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
-    return True
-
-
 def _proxy(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
     return torch.zeros((1,) * len(shape), dtype=dtype).expand(tuple(shape))
 
@@ -269,7 +253,7 @@ def _forward(
         if dtype == torch.uint8:
             data = _round_byte(data)
     data = data.view(n, c, out_h, out_w)
-    layout = torch.channels_last if _channels_last(self) else torch.contiguous_format
+    layout = torch.channels_last if suggests_channels_last(self) else torch.contiguous_format
     result = torch.empty([n, c, out_h, out_w], dtype=dtype, device=device, memory_format=layout)
     return result.copy_(data)
 
@@ -305,7 +289,7 @@ def _backward(
     rows = _matrix(mode, height, out_h, align_corners, scales_h, dtype, True, grad_output)
     partial = torch.mm(grad.view(batch * out_h, out_w), columns).view(batch, out_h, width)
     summed = torch.bmm(torch.as_strided(rows, (batch, height, out_h), (0, out_h, 1)), partial)
-    layout = torch.channels_last if _channels_last(grad_output) else torch.contiguous_format
+    layout = torch.channels_last if suggests_channels_last(grad_output) else torch.contiguous_format
     result = torch.empty([n, c, height, width], dtype=dtype, device=device, memory_format=layout)
     return result.copy_(summed.view(n, c, height, width))
 

@@ -30,7 +30,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import resize_output
+from ascend_env.kernels.outputs import resize_output, suggests_channels_last
 
 __all__ = [
     "KERNELS",
@@ -81,24 +81,6 @@ def _indices(input_size: int, output_size: int, scale: Optional[float], like: Te
     return found
 
 
-def _channels_last(tensor: Tensor) -> bool:
-    """Whether ATen's ``suggest_memory_format`` says channels-last: c10's
-    ``is_channels_last_strides_2d_s4`` on the sizes and strides (``c10/core/MemoryFormat.h``)."""
-    if tensor.dim() != 4:
-        return False
-    sizes, strides = tensor.shape, tensor.stride()
-    if strides[1] == 0:
-        return False
-    smallest = 0
-    for d in (1, 3, 2, 0):
-        if sizes[d] == 0 or strides[d] < smallest:
-            return False
-        if d == 0 and smallest == strides[1]:
-            return False
-        smallest = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
-    return True
-
-
 def _proxy(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
     return torch.zeros((1,) * len(shape), dtype=dtype).expand(tuple(shape))
 
@@ -109,7 +91,7 @@ def _ask_reduced(tensor: Tensor, backward: bool) -> None:
     if tensor.dtype not in _WIDENED:
         return
     proxy = torch.zeros((1, 2, 2, 2), dtype=tensor.dtype)
-    if _channels_last(tensor):
+    if suggests_channels_last(tensor):
         proxy = proxy.contiguous(memory_format=torch.channels_last)
     if backward:
         torch.ops.aten._upsample_nearest_exact2d_backward(proxy, [2, 2], [1, 2, 1, 1])
@@ -137,7 +119,7 @@ def upsample_nearest_exact2d(
     rows = _indices(self.shape[2], output_size[0], scales_h, self)
     columns = _indices(self.shape[3], output_size[1], scales_w, self)
     result = torch.index_select(torch.index_select(self, 2, rows), 3, columns)
-    if _channels_last(self):
+    if suggests_channels_last(self):
         return torch.clone(result, memory_format=torch.channels_last)
     return result
 
@@ -195,7 +177,7 @@ def upsample_nearest_exact2d_backward(
     result = torch.index_add(torch.zeros(list(input_size), dtype=work, device=device), 2, rows, partial)
     if work != dtype:
         result = torch.empty(list(input_size), dtype=dtype, device=device).copy_(result)
-    if _channels_last(grad_output):
+    if suggests_channels_last(grad_output):
         return torch.clone(result, memory_format=torch.channels_last)
     return result
 
