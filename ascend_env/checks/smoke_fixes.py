@@ -27,10 +27,12 @@ def _tensors(torch: Any, value: Any, device: str) -> Any:
 _CPU_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
-def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
-    """Run ``sample`` of ``fix`` on ``device``: the result and the ``out=`` tensor (or None)."""
+def _call(torch: Any, fix: Fix, sample: Sample, device: str, reference: Any = None) -> Tuple[Any, Any]:
+    """Run ``sample`` of ``fix`` on ``device`` (through ``reference`` instead of the op where given):
+    the result and the ``out=`` tensor (or None)."""
     name, _, overload = sample.overload.partition(".")
     packet = getattr(getattr(torch.ops, fix.namespace), name)
+    call = reference if reference is not None else getattr(packet, overload or "default")
     args = [_tensors(torch, value, device) for value in sample.args]
     kwargs = {key: _tensors(torch, value, device) for key, value in sample.kwargs}
     outs = []
@@ -38,7 +40,7 @@ def _call(torch: Any, fix: Fix, sample: Sample, device: str) -> Tuple[Any, Any]:
         shape = (0,) if sample.out_shape is None else sample.out_shape
         outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=device))
         kwargs[keyword] = outs[-1]
-    got = getattr(packet, overload or "default")(*args, **kwargs)
+    got = call(*args, **kwargs)
     if got is None or (
         isinstance(got, tuple) and not got
     ):  # an in-place op that returns nothing (_fused_adamw_): its arguments
@@ -66,6 +68,12 @@ def _same_tensor(torch: Any, got: Any, expected: Any, sample: Sample) -> bool:
     return bool(torch.allclose(got, expected, sample.rtol, sample.atol, equal_nan=True))
 
 
+def _reference(path: str) -> Any:
+    """The function ``"module:function"`` names."""
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _import_required(name: str) -> Optional[str]:
     """Import ``name``, the module that defines the fix's op (the hook hears of it); why the fix
     cannot be tried when it does not import, else None."""
@@ -84,22 +92,29 @@ def check_fix(torch: Any, fix: Fix, device: str) -> StepResult:
     """Each smoke sample of ``fix`` on ``device`` against the CPU: ``{overload: {"ok", "error"}}``.
 
     An ``out=`` overload must return its ``out`` tensor; the result, brought back to the CPU, must
-    equal the CPU's (within the sample's tolerance). A fix whose op another module defines
+    equal the CPU's (within the sample's tolerance), or the sample's reference's where this torch's
+    CPU has no kernel for the op (without one the fix is skipped). A fix whose op another module defines
     (``requires``: torchvision) is not tried where that module does not import: ``skipped`` says
     why."""
     if fix.requires is not None:
         skipped = _import_required(fix.requires)
         if skipped is not None:  # not tried, and why: never a failure, never a silent pass
             return {"overloads": {}, "skipped": skipped}
-    for op in fix.ops:  # torch < 2.4 has no CPU kernel for _fused_adamw_: nothing to compare against
+    # torch < 2.4 has no CPU kernel for _fused_adamw_: a sample's reference answers for it
+    no_cpu = [
+        op.qualified_name
+        for op in fix.ops
         if not any(
             torch._C._dispatch_has_kernel_for_dispatch_key(op.qualified_name, key) for key in _CPU_KEYS
-        ):
-            return {"overloads": {}, "skipped": f"this torch's CPU has no kernel for {op.qualified_name}"}
+        )
+    ]
+    if no_cpu and not all(sample.reference for sample in fix.smoke):
+        return {"overloads": {}, "skipped": f"this torch's CPU has no kernel for {no_cpu[0]}"}
     results: Dict[str, OverloadResult] = {}
     for sample in fix.smoke:
         try:
-            expected, _ = _call(torch, fix, sample, "cpu")
+            reference = _reference(sample.reference) if no_cpu and sample.reference else None
+            expected, _ = _call(torch, fix, sample, "cpu", reference)
             got, outs = _call(torch, fix, sample, device)
             tensors = _results(got)
             error = None

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ascend_env.kernels.outputs import dtype_name, not_implemented
 
-__all__ = ["KERNELS", "NATIVE_OPS", "fused_adamw_"]
+__all__ = ["KERNELS", "NATIVE_OPS", "fused_adamw_", "unfused_reference"]
 
 #: Every aten op the kernel dispatches on the device; each is in the ``supported:`` op lists of
 #: every torch_npu release.
@@ -149,6 +149,62 @@ def fused_adamw_(
             updates = [(old, torch.where(skip, _opmath(old), new)) for old, new in updates]
         for old, new in updates:
             old.copy_(new)
+
+
+def unfused_reference(
+    self: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+    amsgrad: bool,
+    maximize: bool,
+    grad_scale: Optional[Tensor] = None,
+    found_inf: Optional[Tensor] = None,
+) -> None:
+    """The step ``_fused_adamw_`` takes, on CPU tensors in place, taken by PyTorch's own unfused
+    ``torch.optim.AdamW(foreach=False)``: the smoke test's answer where this torch's CPU has no fused
+    kernel (torch < 2.4). ``state_steps`` already count this step (the fused op's contract); the
+    optimizer counts it itself, so it starts one step earlier."""
+    if found_inf is not None and bool(found_inf.item() == 1):
+        return
+    if grad_scale is not None:
+        for grad in grads:
+            grad.copy_(torch.div(grad, grad_scale))
+    for i, param in enumerate(self):
+        leaf = param.detach().clone().requires_grad_()
+        leaf.grad = grads[i].clone()
+        optimizer = torch.optim.AdamW(
+            [leaf],
+            lr=lr,
+            betas=(beta1, beta2),
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            foreach=False,
+        )
+        state = {
+            "step": torch.sub(state_steps[i], 1).to(torch.float32),
+            "exp_avg": exp_avgs[i].clone(),
+            "exp_avg_sq": exp_avg_sqs[i].clone(),
+        }
+        if amsgrad:
+            state["max_exp_avg_sq"] = max_exp_avg_sqs[i].clone()
+        optimizer.state[leaf] = state
+        optimizer.step()
+        param.copy_(leaf.detach())
+        exp_avgs[i].copy_(state["exp_avg"])
+        exp_avg_sqs[i].copy_(state["exp_avg_sq"])
+        if amsgrad:
+            max_exp_avg_sqs[i].copy_(state["max_exp_avg_sq"])
 
 
 #: The kernels by overload, callable as the dispatcher calls one registered with

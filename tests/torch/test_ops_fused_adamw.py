@@ -134,6 +134,67 @@ def test_found_inf_skips_the_step_and_grad_scale_unscales(dtype):
     assert not torch.equal(scaled[1][0], state[1][0])  # the gradients were unscaled in place
 
 
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_unfused_reference_takes_the_kernels_step(amsgrad, scaled):
+    """verify's answer where the CPU has no fused kernel: PyTorch's unfused AdamW, the same step."""
+    state = _state(torch.float32)
+    if not amsgrad:
+        state = (*state[:4], [], state[5])
+    extra = {"grad_scale": torch.tensor(4.0), "found_inf": torch.tensor(0.0)} if scaled else {}
+    mine, theirs = _clone(state), _clone(state)
+    fused_adamw.fused_adamw_(*mine, **_kwargs(amsgrad, True, 0.05, **extra))
+    fused_adamw.unfused_reference(*theirs, **_kwargs(amsgrad, True, 0.05, **extra))
+    _assert_close(mine, theirs, torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(theirs[5], state[5]))  # the steps are the caller's
+    assert not torch.equal(theirs[0][0], state[0][0])
+    skipped = _clone(state)
+    fused_adamw.unfused_reference(
+        *skipped, **_kwargs(amsgrad, True, 0.05, grad_scale=torch.tensor(4.0), found_inf=torch.tensor(1.0))
+    )
+    for before, after in zip(state, skipped):
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def _no_step(*args: Any, **kwargs: Any) -> None:
+    """A reference that takes no step."""
+
+
+def _without_cpu_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This torch as torch 2.3.1 is: no CPU kernel for _fused_adamw_."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    monkeypatch.setattr(
+        torch._C,
+        "_dispatch_has_kernel_for_dispatch_key",
+        lambda op, key: False if op == "aten::_fused_adamw_" else has(op, key),
+    )
+
+
+@pytest.mark.skipif(not CPU_FUSED, reason="the device side of the sample runs ATen's CPU fused kernel")
+def test_verify_compares_with_the_reference_where_the_cpu_has_no_kernel(monkeypatch):
+    """On torch < 2.4 verify's smoke sample is answered by the reference, not skipped; a device
+    result that differs from it fails (here ATen's fused kernel stands for the device)."""
+    import dataclasses
+
+    from ascend_env.checks import smoke_fixes
+    from ascend_env.kernels import registry
+
+    fix = registry.by_name()["fused_adamw"]
+    _without_cpu_kernel(monkeypatch)
+    assert smoke_fixes.check_fix(torch, fix, "cpu") == {
+        "overloads": {"_fused_adamw_": {"ok": True, "error": None}}
+    }
+    wrong = dataclasses.replace(fix.smoke[0], reference=f"{__name__}:_no_step")
+    result = smoke_fixes.check_fix(torch, dataclasses.replace(fix, smoke=(wrong,)), "cpu")
+    assert result["overloads"]["_fused_adamw_"]["ok"] is False
+    assert "differs from the CPU's" in result["overloads"]["_fused_adamw_"]["error"]
+    unanswered = dataclasses.replace(fix, smoke=(dataclasses.replace(fix.smoke[0], reference=None),))
+    assert smoke_fixes.check_fix(torch, unanswered, "cpu") == {
+        "overloads": {},
+        "skipped": "this torch's CPU has no kernel for aten::_fused_adamw_",
+    }
+
+
 CHECKS = [
     ("grads.size() == n_tensors", lambda s: (s[0], s[1][:1], *s[2:]), False),
     ("state_steps.size() == n_tensors", lambda s: (*s[:4], [], s[5][:2]), False),

@@ -39,7 +39,9 @@ class Sample:
     anything else is passed as is) and ``kwargs``; ``out``, the dtype of an empty ``out=``
     tensor; ``outs``, ``(keyword, dtype)`` of several (``values=``, ``indices=``);
     ``atol``/``rtol``, the tolerance against the CPU (0: equal); ``out_shape``, the shape of the
-    ``out=`` tensors where they must not be empty (default: empty, so the kernel must resize)."""
+    ``out=`` tensors where they must not be empty (default: empty, so the kernel must resize);
+    ``reference``, ``"module:function"`` that answers for the CPU where this torch's CPU has no
+    kernel for the op (called as the op, on the CPU's copies of the arguments)."""
 
     overload: str
     args: Tuple[Any, ...]
@@ -49,6 +51,7 @@ class Sample:
     rtol: float = 0.0
     outs: Tuple[Tuple[str, str], ...] = ()
     out_shape: Optional[Tuple[int, ...]] = None
+    reference: Optional[str] = None
 
     @property
     def out_keywords(self) -> Tuple[Tuple[str, str], ...]:
