@@ -1,17 +1,21 @@
 """``torchvision::nms``'s kernel against torchvision's CPU op, on the cases of torchvision's own
 ``test/test_ops.py`` (TestNMS): random boxes at several thresholds, a pair exactly at the
-threshold, thresholds 0 and 1, empty inputs, ties, the input errors, and ``batched_nms`` both ways."""
+threshold, thresholds 0 and 1, empty inputs, ties, the input errors, and ``batched_nms`` both ways;
+on the simulated NPU, the ops dispatched there (exactly ``NATIVE_OPS``) and one host read a call,
+however long the chains of suppressions."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 torchvision = pytest.importorskip("torchvision")
 
+from ascend_env import sim  # noqa: E402
 from ascend_env.kernels import nms  # noqa: E402
-from ascend_env.sim import optables  # noqa: E402
+from ascend_env.sim import dispatch_model, oppaths, optables  # noqa: E402
 
 CPU = torch.ops.torchvision.nms
 
@@ -110,23 +114,79 @@ def test_batched_nms_both_ways(monkeypatch, seed):
         assert torch.equal(way(boxes, scores, idxs, 0.5), expected)
 
 
-class _Ops(TorchDispatchMode):
+def _on_device(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == sim.DEVICE
+    return isinstance(value, torch.device) and value.type == sim.DEVICE
+
+
+class _Device(TorchDispatchMode):
+    """The aten ops dispatched on the simulated NPU (a device tensor or ``device=``), and the host
+    reads that the dispatch-path model (``ascend_env.sim.dispatch_model``) counts: copies to the
+    host, ``item()``, data-dependent ops."""
+
     def __init__(self) -> None:
         super().__init__()
+        self.model = dispatch_model.Model(oppaths.lookup(sim.enabled_table()), sim.enabled_ops())
         self.seen: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name, overload = func._schema.name.split("::", 1)[1], func._overloadname
-        self.seen.add(name if overload == "default" else f"{name}.{overload}")
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if any(_on_device(value) for value in tree_flatten((args, kwargs))[0]):
+            self.seen.add(self.model.name(func))
+        self.model.observe(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    @property
+    def host_reads(self) -> dict:
+        return dict(self.model.totals.syncs)
 
 
-def test_native_ops_is_exactly_what_is_dispatched_and_native_everywhere():
+def test_native_ops_is_exactly_what_is_dispatched_and_native_everywhere(npu):
     torch.manual_seed(0)
     boxes, scores = _boxes(20), torch.rand(20)
-    with _Ops() as ops:
-        nms.nms(boxes, scores, 0.3)
-        nms.nms(torch.empty(0, 4), torch.empty(0), 0.3)
+    inputs = [x.to(npu) for x in (boxes, scores, torch.empty(0, 4), torch.empty(0))]
+    sim.reset()
+    with _Device() as ops:
+        got = nms.nms(inputs[0], inputs[1], 0.3)
+        empty = nms.nms(inputs[2], inputs[3], 0.3)
+    assert not sim.fallbacks(), dict(sim.fallbacks())
+    assert got.device.type == empty.device.type == npu
+    assert torch.equal(got.cpu(), CPU(boxes, scores, 0.3)) and empty.shape == (0,)
     assert ops.seen == nms.NATIVE_OPS
     for release in optables.releases():
         assert not nms.NATIVE_OPS - optables.load(release), release
+
+
+def _chain(length: int):
+    """Boxes 10 wide, each 3 right of the one before: box i overlaps box i + 1 by an IoU of 7/13
+    (above 0.5) and box i + 2 by 1/4, with scores falling along the chain: each kept box suppresses
+    the next, so every other box is kept and each box's fate hangs on all the boxes before it."""
+    starts = torch.arange(length, dtype=torch.float32) * 3
+    boxes = torch.stack((starts, torch.zeros(length), starts + 10, torch.full((length,), 10.0)), 1)
+    return boxes, torch.linspace(1.0, 0.5, length)
+
+
+@pytest.mark.parametrize("length", [1, 2, 10, 41])
+def test_one_host_read_however_long_the_chain_of_suppressions(npu, length):
+    """One read, the packed suppression mask, whatever the walk: a fixed-point iteration reads once
+    a round, and a chain of 10 takes it 10 (the longest chain of suppressions, 9, plus one)."""
+    boxes, scores = _chain(length)
+    expected = CPU(boxes, scores, 0.5)
+    assert expected.tolist() == list(range(0, length, 2))
+    boxes, scores = boxes.to(npu), scores.to(npu)
+    with _Device() as ops:
+        got = nms.nms(boxes, scores, 0.5)
+    assert ops.host_reads == {"copy_": 1}
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_one_host_read_on_random_boxes(npu):
+    torch.manual_seed(0)
+    boxes, scores = _boxes(300), torch.rand(300)
+    expected = CPU(boxes, scores, 0.3)
+    boxes, scores = boxes.to(npu), scores.to(npu)
+    with _Device() as ops:
+        got = nms.nms(boxes, scores, 0.3)
+    assert ops.host_reads == {"copy_": 1}
+    assert torch.equal(got.cpu(), expected)

@@ -34,8 +34,8 @@ NMS = Fix(
     requires="torchvision",
     registered_by=_REGISTERED_BY,
     host_reads=(
-        "per round of suppression, whether it changed anything and how many boxes are kept (the "
-        "output's length), one read of two values; rounds: the longest chain of suppressions plus one",
+        "the suppression mask packed to bits, one read of N * ceil(N / 8) bytes for N boxes, walked on "
+        "the host (the kept boxes: the output's length)",
     ),
     smoke=(Sample("nms", (_BOXES, _SCORES, 0.5)),),
     generation=False,
