@@ -39,7 +39,7 @@ from typing import Callable, Dict, FrozenSet, List
 import torch
 from torch import Tensor
 
-from ascend_env.kernels.outputs import not_implemented
+from ascend_env.kernels.outputs import dtype_name, not_implemented
 
 __all__ = ["KERNELS", "NATIVE_OPS", "nms"]
 
@@ -76,19 +76,6 @@ NATIVE_OPS: FrozenSet[str] = frozenset(
         "zeros",
     }
 )
-
-_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}  # ATen's names of the dtypes in its messages (c10::toString)
 
 
 def _column(boxes: Tensor, index: int) -> Tensor:
@@ -181,8 +168,7 @@ def nms(dets: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
             f"{dets.size(0)} and {scores.size(0)}"
         )
     if dets.dtype not in (torch.float32, torch.float64):
-        name = _NAMES.get(dets.dtype, str(dets.dtype).replace("torch.", ""))
-        raise not_implemented("nms_kernel", name)
+        raise not_implemented("nms_kernel", dtype_name(dets.dtype))
     if dets.dtype != scores.dtype:
         raise RuntimeError("dets should have the same type as scores")
     device = dets.device
